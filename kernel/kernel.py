@@ -1,0 +1,85 @@
+"""The kernel object a role's plugins share: bundle, hook relay, typed state, and what was collected at start."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import attrs
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pluggy
+    import trio
+
+    from pyrmq.kernel.bundles import Bundle
+    from pyrmq.kernel.hooks import HookRelay
+    from pyrmq.kernel.types import Processor, StoreDispatcher
+
+T = TypeVar("T")
+log = logging.getLogger("pyrmq.kernel")
+
+
+@attrs.frozen
+class StateKey(Generic[T]):
+    """A typed key for plugin state on the kernel (pytest's StashKey): ``STORE = StateKey[MessageStore]("store")``."""
+
+    name: str
+
+
+class State:
+    """Plugin state under typed keys instead of attributes bolted onto the kernel."""
+
+    def __init__(self) -> None:
+        self._values: dict[StateKey[Any], Any] = {}
+
+    def put(self, key: StateKey[T], value: T) -> T:
+        self._values[key] = value
+        return value
+
+    def get(self, key: StateKey[T]) -> T:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise LookupError(f"no plugin has provided {key.name!r} (is the plugin that provides it in the bundle?)") from None
+
+    def find(self, key: StateKey[T]) -> T | None:
+        return self._values.get(key)
+
+    def __contains__(self, key: StateKey[Any]) -> bool:
+        return key in self._values
+
+
+class Kernel:
+    """One running role (name server, broker, or both in ``pyrmq dev``).
+
+    Built by :func:`pyrmq.kernel.service.build_kernel`; plugins receive it in every hook. ``processors`` and
+    ``store_dispatchers`` are filled once at start from the dispatch hooks and then used directly on hot paths.
+    """
+
+    def __init__(self, bundle: Bundle, pluginmanager: pluggy.PluginManager, hooks: HookRelay) -> None:
+        self.bundle = bundle
+        self.pluginmanager = pluginmanager
+        self.hooks = hooks
+        self.state = State()
+        self.processors: dict[int, Processor] = {}
+        self.store_dispatchers: list[StoreDispatcher] = []
+        self.nursery: trio.Nursery | None = None
+        self.stop_timeout: float = 10.0
+        #: where each role listens once started: {"namesrv": "127.0.0.1:9876", "broker": ...}
+        self.listening: dict[str, str] = {}
+        self._stop_event: Any = None
+
+    def plugin_settings(self, name: str) -> Mapping[str, Any]:
+        """Settings of one plugin from the bundle's ``[plugins."<name>"]`` table (empty when absent)."""
+        return self.bundle.plugin_settings.get(name, {})
+
+    def request_stop(self) -> None:
+        """Ask the role to stop gracefully (what SIGINT/SIGTERM do)."""
+        if self._stop_event is not None:
+            self._stop_event.set()
+
+    def collect(self) -> None:
+        """Collect processors and store dispatchers from the hooks (once per start; hot paths use the results)."""
+        self.processors = self.hooks.register_processors(self)
+        self.store_dispatchers = self.hooks.register_store_dispatchers(self)

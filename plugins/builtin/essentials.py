@@ -1,0 +1,33 @@
+"""Essential plugin, loaded by every role: logs the role's life cycle and its connections.
+
+Built-in behaviour is ``trylast`` so a user plugin answers first (STYLE.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyrmq.kernel.hookspecs import hookimpl
+
+log = logging.getLogger("pyrmq.role")
+
+
+@hookimpl(trylast=True)
+def pyrmq_configure(kernel: Any) -> None:
+    log.info("configuring bundle %s (%s): roles %s", kernel.bundle.name, kernel.bundle.file, ", ".join(kernel.bundle.roles))
+
+
+@hookimpl(trylast=True)
+def pyrmq_connection_opened(kernel: Any, connection: Any) -> None:
+    log.debug("connection opened: %s", getattr(connection, "remote_address", connection))
+
+
+@hookimpl(trylast=True)
+def pyrmq_connection_closed(kernel: Any, connection: Any) -> None:
+    log.debug("connection closed: %s", getattr(connection, "remote_address", connection))
+
+
+@hookimpl(trylast=True)
+async def pyrmq_unconfigure(kernel: Any) -> None:
+    log.info("bundle %s stopped", kernel.bundle.name)

@@ -1,0 +1,274 @@
+"""The async-aware relay: order, first-result, merging, and the checks at load time."""
+
+from __future__ import annotations
+
+import pluggy
+import pytest
+import trio
+
+from pyrmq.kernel.bundles import Bundle
+from pyrmq.kernel.errors import PluginError
+from pyrmq.kernel.hooks import HookRelay
+from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.manager import load_plugins
+from pyrmq.kernel.types import TransactionDecision
+
+
+def bundle(**kw) -> Bundle:
+    return Bundle(name="t", file="t.toml", roles=(), plugins=(), entry_points=False, **kw)
+
+
+def relay_with(*plugins) -> HookRelay:
+    return HookRelay(load_plugins(bundle(), extra=plugins))
+
+
+async def test_async_hooks_are_awaited_one_by_one_in_pluggy_order():
+    events: list[str] = []
+
+    class Early:
+        @hookimpl(tryfirst=True)
+        async def pyrmq_serve(self, kernel, nursery):
+            events.append("early-start")
+            await trio.sleep(0.01)
+            events.append("early-end")
+
+    class Late:
+        @hookimpl(trylast=True)
+        async def pyrmq_serve(self, kernel, nursery):
+            events.append("late")
+
+    class Middle:
+        @hookimpl
+        async def pyrmq_serve(self, kernel, nursery):
+            events.append("middle")
+
+    relay = relay_with(Late(), Middle(), Early())
+    async with trio.open_nursery() as nursery:
+        await relay.serve(kernel=None, nursery=nursery)
+    assert events == ["early-start", "early-end", "middle", "late"]
+
+
+async def test_async_first_result_stops_at_first_answer():
+    asked: list[str] = []
+
+    class Undecided:
+        @hookimpl(tryfirst=True)
+        async def pyrmq_check_transaction(self, kernel, half_message, check_times):
+            asked.append("undecided")
+            return None
+
+    class Decides:
+        @hookimpl
+        async def pyrmq_check_transaction(self, kernel, half_message, check_times):
+            asked.append("decides")
+            return TransactionDecision.ROLLBACK if check_times > 3 else None
+
+    class Fallback:
+        @hookimpl(trylast=True)
+        async def pyrmq_check_transaction(self, kernel, half_message, check_times):
+            asked.append("fallback")
+            return TransactionDecision.UNKNOWN
+
+    relay = relay_with(Fallback(), Decides(), Undecided())
+    assert await relay.check_transaction(None, half_message=object(), check_times=5) is TransactionDecision.ROLLBACK
+    assert asked == ["undecided", "decides"]
+    asked.clear()
+    assert await relay.check_transaction(None, half_message=object(), check_times=0) is TransactionDecision.UNKNOWN
+    assert asked == ["undecided", "decides", "fallback"]
+
+
+async def test_check_transaction_without_plugins_is_unknown():
+    assert await relay_with().check_transaction(None, half_message=None, check_times=0) is TransactionDecision.UNKNOWN
+
+
+def test_processor_tables_merge_and_the_user_plugin_wins_a_code():
+    async def builtin_send(conn, request): ...
+    async def builtin_pull(conn, request): ...
+    async def user_send(conn, request): ...
+
+    class Builtin:
+        @hookimpl(trylast=True)
+        def pyrmq_register_processors(self, kernel):
+            return {10: builtin_send, 11: builtin_pull}
+
+    class User:
+        @hookimpl
+        def pyrmq_register_processors(self, kernel):
+            return {10: user_send}
+
+    table = relay_with(Builtin(), User()).register_processors(kernel=None)
+    assert table == {10: user_send, 11: builtin_pull}
+
+
+def test_store_dispatchers_are_ordered_by_order_then_name():
+    class D:
+        def __init__(self, name, order):
+            self.name, self.order = name, order
+
+        def dispatch(self, request):
+            pass
+
+    class A:
+        @hookimpl
+        def pyrmq_register_store_dispatchers(self, kernel):
+            return [D("notify", 20), D("cq", 0)]
+
+    class B:
+        @hookimpl
+        def pyrmq_register_store_dispatchers(self, kernel):
+            return [D("index", 10), D("bitmap", 10)]
+
+    found = relay_with(A(), B()).register_store_dispatchers(kernel=None)
+    assert [d.name for d in found] == ["cq", "bitmap", "index", "notify"]
+
+
+def test_first_result_sync_hooks_let_the_user_answer_first():
+    class BuiltinFilter:
+        @hookimpl(trylast=True)
+        def pyrmq_make_message_filter(self, kernel, expression_type, expression):
+            return ("builtin", expression) if expression_type == "TAG" else None
+
+    class UserFilter:
+        @hookimpl
+        def pyrmq_make_message_filter(self, kernel, expression_type, expression):
+            return ("user", expression) if expression.startswith("user:") else None
+
+    relay = relay_with(BuiltinFilter(), UserFilter())
+    assert relay.make_message_filter(None, "TAG", "user:x") == ("user", "user:x")
+    assert relay.make_message_filter(None, "TAG", "TagA") == ("builtin", "TagA")
+    assert relay.make_message_filter(None, "SQL92", "a > 1") is None
+
+
+def test_flush_policy_replicator_and_slave_ack_relay():
+    seen = []
+
+    class P:
+        @hookimpl
+        def pyrmq_make_flush_policy(self, kernel, flush_disk_type):
+            return f"policy-{flush_disk_type}"
+
+        @hookimpl
+        def pyrmq_make_replicator(self, kernel, broker_role):
+            return None if broker_role == "ASYNC_MASTER" else f"replicator-{broker_role}"
+
+        @hookimpl
+        def pyrmq_slave_acked(self, kernel, slave_address, acked_offset):
+            seen.append((slave_address, acked_offset))
+
+    relay = relay_with(P())
+    assert relay.make_flush_policy(None, "SYNC_FLUSH") == "policy-SYNC_FLUSH"
+    assert relay.make_replicator(None, "SYNC_MASTER") == "replicator-SYNC_MASTER"
+    assert relay.make_replicator(None, "ASYNC_MASTER") is None
+    relay.slave_acked(None, "127.0.0.1:10912", 4096)
+    assert seen == [("127.0.0.1:10912", 4096)]
+
+
+def test_allocate_strategies_and_delay_schedulers_are_collected():
+    def avg(group, cid, mqs, cids):
+        return list(mqs)
+
+    class Strategies:
+        @hookimpl
+        def pyrmq_register_allocate_strategies(self):
+            return {"AVG": avg}
+
+        @hookimpl
+        def pyrmq_register_delay_schedulers(self, kernel):
+            return ["levels", "timer"]
+
+    relay = relay_with(Strategies())
+    assert relay.register_allocate_strategies() == {"AVG": avg}
+    assert relay.register_delay_schedulers(None) == ["levels", "timer"]
+
+
+def test_connection_events_reach_plugins():
+    events = []
+
+    class Watch:
+        @hookimpl
+        def pyrmq_connection_opened(self, kernel, connection):
+            events.append(("open", connection))
+
+        @hookimpl
+        def pyrmq_connection_closed(self, kernel, connection):
+            events.append(("close", connection))
+
+    relay = relay_with(Watch())
+    relay.connection_opened(None, "c1")
+    relay.connection_closed(None, "c1")
+    assert events == [("open", "c1"), ("close", "c1")]
+
+
+def test_misspelled_hook_fails_at_load_with_the_hook_name():
+    class Typo:
+        @hookimpl
+        def pyrmq_configur(self, kernel):
+            pass
+
+    with pytest.raises(PluginError, match="pyrmq_configur"):
+        relay_with(Typo())
+
+
+def test_wrong_colour_fails_at_load():
+    class SyncServe:
+        @hookimpl
+        def pyrmq_serve(self, kernel, nursery):
+            pass
+
+    with pytest.raises(PluginError, match="wrong colour"):
+        relay_with(SyncServe())
+
+    class AsyncConfigure:
+        @hookimpl
+        async def pyrmq_configure(self, kernel):
+            pass
+
+    with pytest.raises(PluginError, match="wrong colour"):
+        relay_with(AsyncConfigure())
+
+
+def test_wrappers_are_refused_on_async_hooks():
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        async def pyrmq_serve(self, kernel, nursery):
+            yield
+
+    with pytest.raises(PluginError):
+        relay_with(Wrapper())
+
+
+def test_addhooks_lets_a_plugin_add_its_own_hooks():
+    class NewSpecs:
+        @pluggy.HookspecMarker("pyrmq")
+        def pyrmq_example_custom(self, value):
+            """A third-party hook."""
+
+    class Adds:
+        @hookimpl
+        def pyrmq_addhooks(self, pluginmanager):
+            pluginmanager.add_hookspecs(NewSpecs)
+
+    class Uses:
+        @hookimpl
+        def pyrmq_example_custom(self, value):
+            return value * 2
+
+    relay = relay_with(Adds(), Uses())
+    assert relay.pm.hook.pyrmq_example_custom(value=21) == [42]
+
+
+async def test_unconfigure_keeps_going_when_one_plugin_fails():
+    closed = []
+
+    class Broken:
+        @hookimpl(tryfirst=True)
+        async def pyrmq_unconfigure(self, kernel):
+            raise RuntimeError("disk gone")
+
+    class Fine:
+        @hookimpl
+        async def pyrmq_unconfigure(self, kernel):
+            closed.append("fine")
+
+    await relay_with(Broken(), Fine()).unconfigure(kernel=None)
+    assert closed == ["fine"]
