@@ -25,14 +25,14 @@ async def processor(connection, request):
 
 class Plugin:
     @hookimpl
-    def pyrmq_register_processors(self, kernel):
+    def pyrmq_register_processors(self, kernel, role):
         return {10: processor, 11: processor, 34: processor}
 
 
 async def measure(count: int) -> None:
-    kernel = build_kernel(Bundle(name="bench", file="-", roles=(), plugins=(), entry_points=False), extra_plugins=[Plugin()])
+    kernel = build_kernel(Bundle(name="bench", file="-", roles=("broker",), plugins=(), entry_points=False), extra_plugins=[Plugin()])
     kernel.collect()
-    table = kernel.processors
+    table = kernel.processors["broker"]
     hook = kernel.pluginmanager.hook
     rows = []
 
@@ -52,7 +52,7 @@ async def measure(count: int) -> None:
     begin = time.perf_counter()
     for i in range(n):
         merged = {}
-        for answer in hook.pyrmq_register_processors(kernel=kernel):
+        for answer in hook.pyrmq_register_processors(kernel=kernel, role="broker"):
             merged.update(answer)
         await merged[10](None, i)
     per_request_pluggy = (time.perf_counter() - begin) / n

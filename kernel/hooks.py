@@ -94,16 +94,17 @@ class HookRelay:
 
     # -- dispatch --------------------------------------------------------------------------------------------
 
-    def register_processors(self, kernel: Kernel) -> dict[int, Processor]:
-        """Merge every plugin's processors into one table; the first plugin in pluggy's order wins a code."""
+    def register_processors(self, kernel: Kernel, role: str) -> dict[int, Processor]:
+        """Merge every plugin's processors for ``role`` into one table; the first in pluggy's order wins a code."""
         table: dict[int, Processor] = {}
         owner: dict[int, str] = {}
         for impl in impl_order(self.pm, "pyrmq_register_processors"):
-            answer: Mapping[int, Processor] | None = impl.function(kernel=kernel)
+            args = {"kernel": kernel, "role": role}
+            answer: Mapping[int, Processor] | None = impl.function(**{a: args[a] for a in impl.argnames})
             for code, processor in (answer or {}).items():
                 code = int(code)
                 if code in table:
-                    log.info("request code %d: %s overrides %s", code, owner[code], impl.plugin_name)
+                    log.info("%s request code %d: %s overrides %s", role, code, owner[code], impl.plugin_name)
                     continue
                 table[code] = processor
                 owner[code] = impl.plugin_name
@@ -115,11 +116,11 @@ class HookRelay:
             found.extend(answer or ())
         return sorted(found, key=lambda d: (d.order, d.name))
 
-    def connection_opened(self, kernel: Kernel, connection: Any) -> None:
-        self._hook.pyrmq_connection_opened(kernel=kernel, connection=connection)
+    def connection_opened(self, kernel: Kernel, role: str, connection: Any) -> None:
+        self._hook.pyrmq_connection_opened(kernel=kernel, role=role, connection=connection)
 
-    def connection_closed(self, kernel: Kernel, connection: Any) -> None:
-        self._hook.pyrmq_connection_closed(kernel=kernel, connection=connection)
+    def connection_closed(self, kernel: Kernel, role: str, connection: Any) -> None:
+        self._hook.pyrmq_connection_closed(kernel=kernel, role=role, connection=connection)
 
     # -- filter, flush, HA -----------------------------------------------------------------------------------
 

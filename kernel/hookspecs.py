@@ -114,11 +114,12 @@ def pyrmq_add_commands(subparsers: argparse._SubParsersAction, kernel_cli: Any) 
 
 
 @hookspec
-def pyrmq_register_processors(kernel: Kernel) -> Mapping[int, Processor] | None:
-    """Return the request processors this plugin serves: ``{request_code: async processor}``.
+def pyrmq_register_processors(kernel: Kernel, role: str) -> Mapping[int, Processor] | None:
+    """Return the request processors this plugin serves on ``role``'s listener: ``{request_code: async processor}``.
 
-    Called once by the kernel's service at role start; the answers are merged into ``kernel.processors``, the table
-    the remoting server's connection loop calls directly (no pluggy per request). When two plugins register one
+    Called once per role of the bundle (``namesrv``, ``broker``) by the kernel's service at start; the answers are
+    merged into ``kernel.processors[role]``, the table that role's remoting server calls directly (no pluggy per
+    request). Return None for a role the plugin does not serve. When two plugins register one
     code, the first in pluggy's call order wins (a user plugin before the ``trylast`` built-ins) and the kernel logs
     the override. A processor is ``async (connection, request) -> RemotingCommand | None``; None means it answers
     later through ``connection.send_response`` (long polling, flush waits) or the request was oneway.
@@ -137,8 +138,8 @@ def pyrmq_register_store_dispatchers(kernel: Kernel) -> Sequence[StoreDispatcher
 
 
 @hookspec
-def pyrmq_connection_opened(kernel: Kernel, connection: Any) -> None:
-    """A remoting connection was accepted by this role's server.
+def pyrmq_connection_opened(kernel: Kernel, role: str, connection: Any) -> None:
+    """A remoting connection was accepted by ``role``'s server (``namesrv`` or ``broker``).
 
     Called by the remoting server (through the callback the kernel hands it) once per accepted TCP connection,
     before its first request is processed. Keep it quick. Return value unused.
@@ -146,8 +147,8 @@ def pyrmq_connection_opened(kernel: Kernel, connection: Any) -> None:
 
 
 @hookspec
-def pyrmq_connection_closed(kernel: Kernel, connection: Any) -> None:
-    """A remoting connection of this role's server closed (peer closed, error, idle timeout or shutdown).
+def pyrmq_connection_closed(kernel: Kernel, role: str, connection: Any) -> None:
+    """A remoting connection of ``role``'s server closed (peer closed, error, idle timeout or shutdown).
 
     Called once per connection by the remoting server. The name server drops a broker at once when its connection
     closes; the broker forgets the client channels of that connection. Return value unused.

@@ -62,7 +62,8 @@ class Kernel:
         self.pluginmanager = pluginmanager
         self.hooks = hooks
         self.state = State()
-        self.processors: dict[int, Processor] = {}
+        #: per role ("namesrv", "broker"): the request-code table that role's server calls directly
+        self.processors: dict[str, dict[int, Processor]] = {}
         self.store_dispatchers: list[StoreDispatcher] = []
         self.nursery: trio.Nursery | None = None
         self.stop_timeout: float = 10.0
@@ -81,5 +82,5 @@ class Kernel:
 
     def collect(self) -> None:
         """Collect processors and store dispatchers from the hooks (once per start; hot paths use the results)."""
-        self.processors = self.hooks.register_processors(self)
+        self.processors = {role: self.hooks.register_processors(self, role) for role in self.bundle.roles}
         self.store_dispatchers = self.hooks.register_store_dispatchers(self)

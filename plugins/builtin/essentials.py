@@ -19,13 +19,13 @@ def pyrmq_configure(kernel: Any) -> None:
 
 
 @hookimpl(trylast=True)
-def pyrmq_connection_opened(kernel: Any, connection: Any) -> None:
-    log.debug("connection opened: %s", getattr(connection, "remote_address", connection))
+def pyrmq_connection_opened(kernel: Any, role: str, connection: Any) -> None:
+    log.debug("%s: connection opened: %s", role, getattr(connection, "remote_address", connection))
 
 
 @hookimpl(trylast=True)
-def pyrmq_connection_closed(kernel: Any, connection: Any) -> None:
-    log.debug("connection closed: %s", getattr(connection, "remote_address", connection))
+def pyrmq_connection_closed(kernel: Any, role: str, connection: Any) -> None:
+    log.debug("%s: connection closed: %s", role, getattr(connection, "remote_address", connection))
 
 
 @hookimpl(trylast=True)

@@ -88,16 +88,17 @@ def test_processor_tables_merge_and_the_user_plugin_wins_a_code():
 
     class Builtin:
         @hookimpl(trylast=True)
-        def pyrmq_register_processors(self, kernel):
-            return {10: builtin_send, 11: builtin_pull}
+        def pyrmq_register_processors(self, kernel, role):
+            return {10: builtin_send, 11: builtin_pull} if role == "broker" else {105: builtin_pull}
 
     class User:
         @hookimpl
-        def pyrmq_register_processors(self, kernel):
+        def pyrmq_register_processors(self, kernel):  # a plugin may leave out parameters it does not need
             return {10: user_send}
 
-    table = relay_with(Builtin(), User()).register_processors(kernel=None)
-    assert table == {10: user_send, 11: builtin_pull}
+    relay = relay_with(Builtin(), User())
+    assert relay.register_processors(kernel=None, role="broker") == {10: user_send, 11: builtin_pull}
+    assert relay.register_processors(kernel=None, role="namesrv") == {10: user_send, 105: builtin_pull}
 
 
 def test_store_dispatchers_are_ordered_by_order_then_name():
@@ -186,17 +187,17 @@ def test_connection_events_reach_plugins():
 
     class Watch:
         @hookimpl
-        def pyrmq_connection_opened(self, kernel, connection):
-            events.append(("open", connection))
+        def pyrmq_connection_opened(self, kernel, role, connection):
+            events.append(("open", role, connection))
 
         @hookimpl
-        def pyrmq_connection_closed(self, kernel, connection):
-            events.append(("close", connection))
+        def pyrmq_connection_closed(self, kernel, role, connection):
+            events.append(("close", role, connection))
 
     relay = relay_with(Watch())
-    relay.connection_opened(None, "c1")
-    relay.connection_closed(None, "c1")
-    assert events == [("open", "c1"), ("close", "c1")]
+    relay.connection_opened(None, "namesrv", "c1")
+    relay.connection_closed(None, "namesrv", "c1")
+    assert events == [("open", "namesrv", "c1"), ("close", "namesrv", "c1")]
 
 
 def test_misspelled_hook_fails_at_load_with_the_hook_name():

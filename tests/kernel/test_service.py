@@ -13,7 +13,7 @@ COUNTER = StateKey[list]("test.counter")
 
 
 def bundle() -> Bundle:
-    return Bundle(name="svc", file="svc.toml", roles=(), plugins=(), entry_points=False)
+    return Bundle(name="svc", file="svc.toml", roles=("broker",), plugins=(), entry_points=False)
 
 
 class Ticker:
@@ -28,7 +28,7 @@ class Ticker:
         kernel.state.put(COUNTER, [])
 
     @hookimpl
-    def pyrmq_register_processors(self, kernel):
+    def pyrmq_register_processors(self, kernel, role):
         async def count(connection, request):
             kernel.state.get(COUNTER).append(request)
             return len(kernel.state.get(COUNTER))
@@ -63,7 +63,7 @@ async def test_role_starts_serves_and_stops_with_a_shielded_final_flush(autojump
         started = await nursery.start(serve_kernel, kernel)
         assert started is kernel
         # the processor table was collected once at start and is called directly
-        assert await kernel.processors[7001](None, "req-1") == 1
+        assert await kernel.processors["broker"][7001](None, "req-1") == 1
         await trio.sleep(3.5)
         kernel.request_stop()
     assert kernel.state.get(COUNTER)[:1] == ["req-1"] and kernel.state.get(COUNTER).count("tick") == 3

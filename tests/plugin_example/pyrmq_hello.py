@@ -1,4 +1,4 @@
-"""pyrmq-hello: answers request code 9001 with a greeting and counts connections per role."""
+"""pyrmq-hello: answers request code 9001 with a greeting and counts the connections it has seen."""
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
@@ -13,12 +13,12 @@ def pyrmq_configure(kernel):
 
 
 @hookimpl
-def pyrmq_connection_opened(kernel, connection):
+def pyrmq_connection_opened(kernel, role, connection):
     kernel.state.get(CONNECTIONS).append(connection)
 
 
 @hookimpl
-def pyrmq_register_processors(kernel):
+def pyrmq_register_processors(kernel, role):
     async def hello(connection, request):
         name = request.ext_fields.get("name", "world")
         return request.make_response(0, remark=f"hello, {name} (connection #{len(kernel.state.get(CONNECTIONS))})")
