@@ -1,0 +1,534 @@
+"""Custom headers (a command's ``extFields``) as attrs classes (spec 1.6 and 3).
+
+Every class has ``from_ext_fields(ext)`` and ``to_ext_fields()``:
+
+* in: any JSON scalar is accepted and coerced (numbers -> int, ``"true"`` case-insensitively / JSON ``true`` ->
+  True, anything else -> False, as Java's ``Boolean.parseBoolean``); unknown keys (``bname``, ``AccessKey`` ...)
+  are ignored; a missing required field or an unparsable number raises ``HeaderError`` (a processor letting it
+  escape answers SYSTEM_ERROR, like Java's ``RemotingCommandException``);
+* out: every non-None field as text (booleans ``"true"``/``"false"``), the form every client accepts.
+
+The converters are generated once per class (attrs-style code generation): the send path decodes a header per
+message and a generic field loop costs several microseconds. Headers are mutable ``attrs.define`` classes for the
+same reason (frozen attrs classes initialise more slowly).
+
+``SendMessageRequestHeader`` reads both the V1 long names and the V2 short names ``a``..``n`` (spec 3.1) whatever
+the request code, since clients disagree on which code uses which spelling.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Callable, TypeVar
+
+import attrs
+
+from .errors import HeaderError
+
+__all__ = [
+    "header",
+    "wire",
+    "SendMessageRequestHeader",
+    "SendMessageResponseHeader",
+    "PullMessageRequestHeader",
+    "PullMessageResponseHeader",
+    "QueryConsumerOffsetRequestHeader",
+    "QueryConsumerOffsetResponseHeader",
+    "UpdateConsumerOffsetRequestHeader",
+    "GetMaxOffsetRequestHeader",
+    "GetMaxOffsetResponseHeader",
+    "GetMinOffsetRequestHeader",
+    "GetMinOffsetResponseHeader",
+    "GetEarliestMsgStoretimeRequestHeader",
+    "GetEarliestMsgStoretimeResponseHeader",
+    "SearchOffsetRequestHeader",
+    "SearchOffsetResponseHeader",
+    "GetConsumerListByGroupRequestHeader",
+    "NotifyConsumerIdsChangedRequestHeader",
+    "UnregisterClientRequestHeader",
+    "QueryMessageRequestHeader",
+    "QueryMessageResponseHeader",
+    "ViewMessageRequestHeader",
+    "EndTransactionRequestHeader",
+    "CheckTransactionStateRequestHeader",
+    "ConsumerSendMsgBackRequestHeader",
+    "CreateTopicRequestHeader",
+    "RegisterBrokerRequestHeader",
+    "RegisterBrokerResponseHeader",
+    "UnRegisterBrokerRequestHeader",
+    "GetRouteInfoRequestHeader",
+    "WipeWritePermOfBrokerRequestHeader",
+    "WipeWritePermOfBrokerResponseHeader",
+    "AddWritePermOfBrokerRequestHeader",
+    "AddWritePermOfBrokerResponseHeader",
+    "QueryDataVersionRequestHeader",
+    "QueryDataVersionResponseHeader",
+    "GetKVConfigRequestHeader",
+    "GetKVConfigResponseHeader",
+    "PutKVConfigRequestHeader",
+    "DeleteKVConfigRequestHeader",
+    "ResetOffsetRequestHeader",
+    "GetConsumerRunningInfoRequestHeader",
+    "ConsumeMessageDirectlyResultRequestHeader",
+]
+
+T = TypeVar("T")
+
+
+def wire(name: str, default: Any = attrs.NOTHING) -> Any:
+    """An attrs field whose extFields key is ``name`` instead of the camelCase of the attribute."""
+    return attrs.field(default=default, metadata={"wire": name})
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+# ---- converters called by the generated code -------------------------------------------------------------------
+
+def _text(v: Any) -> str:
+    if type(v) is str:
+        return v
+    if v is True:
+        return "true"
+    if v is False:
+        return "false"
+    return str(v)
+
+
+def _int(v: Any, key: str) -> int:
+    if type(v) is int:
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        raise HeaderError(key, f"the custom field <{key}> is not a number: {v!r:.40}") from None
+
+
+def _bool(v: Any) -> bool:
+    if v is True or v is False:
+        return v
+    return str(v).lower() == "true"
+
+
+def _missing(key: str) -> HeaderError:
+    return HeaderError(key, f"the custom field <{key}> is null")
+
+
+_KIND = re.compile(r"^\s*(str|int|bool)\s*(\|\s*None)?\s*$")
+
+
+def _field_kind(f: attrs.Attribute) -> str:
+    t = f.type
+    if isinstance(t, type):
+        t = t.__name__
+    m = _KIND.match(str(t))
+    if not m:
+        raise TypeError(f"header field {f.name}: unsupported type {t!r} (str, int, bool, optionally | None)")
+    return m.group(1)
+
+
+def _compile(cls: type, names: dict[str, str]) -> tuple[Callable, Callable]:
+    """Generate ``from(cls, ext)`` and ``to(self)`` for the wire names ``names`` (attribute -> key)."""
+    fields = attrs.fields(cls)
+    ns: dict[str, Any] = {"_text": _text, "_int": _int, "_bool": _bool, "_missing": _missing}
+    src_from = ["def from_ext(cls, ext):", "    get = ext.get"]
+    src_to = ["def to_ext(self):", "    d = {}"]
+    args = []
+    for f in fields:
+        key = names[f.name]
+        kind = _field_kind(f)
+        var = f"v_{f.name}"
+        args.append(var)
+        src_from.append(f"    v = get({key!r})")
+        if f.default is attrs.NOTHING:
+            src_from.append(f"    if v is None: raise _missing({key!r})")
+            missing = None
+        else:
+            ns[f"d_{f.name}"] = f.default
+            missing = f"d_{f.name}"
+        if kind == "str":
+            conv = "v if type(v) is str else _text(v)"
+        elif kind == "int":
+            conv = f"v if type(v) is int else _int(v, {key!r})"
+        else:
+            conv = "_bool(v)"
+        if missing is None:
+            src_from.append(f"    {var} = {conv}")
+        else:
+            src_from.append(f"    {var} = {missing} if v is None else ({conv})")
+        src_to.append(f"    v = self.{f.name}")
+        if kind == "str":
+            out = "v"
+        elif kind == "int":
+            out = "str(v)"
+        else:
+            out = "'true' if v else 'false'"
+        src_to.append(f"    if v is not None: d[{key!r}] = {out}")
+    src_from.append(f"    return cls({', '.join(args)})")
+    src_to.append("    return d")
+    exec("\n".join(src_from) + "\n\n" + "\n".join(src_to), ns)  # noqa: S102 - generated from field names only
+    return ns["from_ext"], ns["to_ext"]
+
+
+def header(cls: type[T] | None = None, *, v2: Mapping[str, str] | None = None) -> Any:
+    """Class decorator: ``attrs.define`` plus generated ``from_ext_fields`` / ``to_ext_fields``.
+
+    ``v2`` maps attribute names to the short V2 keys; such a class also gets ``to_ext_fields_v2`` and its
+    ``from_ext_fields`` accepts either spelling.
+    """
+
+    def wrap(c: type) -> type:
+        c = attrs.define(c)
+        names = {f.name: f.metadata.get("wire", _camel(f.name)) for f in attrs.fields(c)}
+        from_v1, to_v1 = _compile(c, names)
+        c.to_ext_fields = to_v1
+        c.WIRE_NAMES = names
+        if v2 is None:
+            c.from_ext_fields = classmethod(from_v1)
+            return c
+        names2 = {name: v2.get(name, key) for name, key in names.items()}
+        from_v2, to_v2 = _compile(c, names2)
+        c.to_ext_fields_v2 = to_v2
+        c.WIRE_NAMES_V2 = names2
+        probe = names2[next(iter(v2))]  # e.g. "a": present only in the V2 spelling
+
+        def from_ext_fields(klass: type, ext: Mapping[str, Any]) -> Any:
+            return from_v2(klass, ext) if probe in ext else from_v1(klass, ext)
+
+        c.from_ext_fields = classmethod(from_ext_fields)
+        return c
+
+    return wrap if cls is None else wrap(cls)
+
+
+# ---- 3.1 / 3.2 send ---------------------------------------------------------------------------------------------
+
+_SEND_V2 = {
+    "producer_group": "a", "topic": "b", "default_topic": "c", "default_topic_queue_nums": "d", "queue_id": "e",
+    "sys_flag": "f", "born_timestamp": "g", "flag": "h", "properties": "i", "reconsume_times": "j",
+    "unit_mode": "k", "max_reconsume_times": "l", "batch": "m", "bname": "n",
+}
+
+
+@header(v2=_SEND_V2)
+class SendMessageRequestHeader:
+    """Codes 10/324 (V1 names) and 310/320/325 (V2 names a..n); either spelling is read on any code."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str | None = None
+    reconsume_times: int | None = None
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None
+    batch: bool = False
+    bname: str | None = None
+
+
+@header
+class SendMessageResponseHeader:
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str | None = None
+
+
+# ---- 3.3 / 3.4 pull ---------------------------------------------------------------------------------------------
+
+@header
+class PullMessageRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    sub_version: int
+    subscription: str | None = None
+    expression_type: str | None = None
+    bname: str | None = None
+
+
+@header
+class PullMessageResponseHeader:
+    """All four fields are required by Java's decoder on every accepted pull code (spec 3.4)."""
+
+    suggest_which_broker_id: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+# ---- 3.5 offsets, queries -----------------------------------------------------------------------------------------
+
+@header
+class QueryConsumerOffsetRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+
+
+@header
+class QueryConsumerOffsetResponseHeader:
+    offset: int
+
+
+@header
+class UpdateConsumerOffsetRequestHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int
+
+
+@header
+class GetMaxOffsetRequestHeader:
+    topic: str
+    queue_id: int
+
+
+@header
+class GetMaxOffsetResponseHeader:
+    offset: int
+
+
+@header
+class GetMinOffsetRequestHeader:
+    topic: str
+    queue_id: int
+
+
+@header
+class GetMinOffsetResponseHeader:
+    offset: int
+
+
+@header
+class GetEarliestMsgStoretimeRequestHeader:
+    topic: str
+    queue_id: int
+
+
+@header
+class GetEarliestMsgStoretimeResponseHeader:
+    timestamp: int
+
+
+@header
+class SearchOffsetRequestHeader:
+    topic: str
+    queue_id: int
+    timestamp: int
+
+
+@header
+class SearchOffsetResponseHeader:
+    offset: int
+
+
+@header
+class GetConsumerListByGroupRequestHeader:
+    consumer_group: str
+
+
+@header
+class NotifyConsumerIdsChangedRequestHeader:
+    consumer_group: str
+
+
+@header
+class UnregisterClientRequestHeader:
+    client_id: str = wire("clientID")
+    producer_group: str | None = None
+    consumer_group: str | None = None
+
+
+@header
+class QueryMessageRequestHeader:
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp: int
+    end_timestamp: int
+
+
+@header
+class QueryMessageResponseHeader:
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+@header
+class ViewMessageRequestHeader:
+    offset: int
+
+
+# ---- 3.6 - 3.9 transactions, retries, topics ------------------------------------------------------------------
+
+@header
+class EndTransactionRequestHeader:
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int  # 0 unknown, 8 commit, 12 rollback
+    msg_id: str
+    from_transaction_check: bool = False
+    transaction_id: str | None = None
+
+
+@header
+class CheckTransactionStateRequestHeader:
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None
+
+
+@header
+class ConsumerSendMsgBackRequestHeader:
+    offset: int
+    group: str
+    delay_level: int
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None
+    bname: str | None = None
+
+
+@header
+class CreateTopicRequestHeader:
+    topic: str
+    default_topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_filter_type: str
+    topic_sys_flag: int | None = None
+    order: bool = False
+
+
+# ---- 3.10 name server -------------------------------------------------------------------------------------------
+
+@header
+class RegisterBrokerRequestHeader:
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: int
+    compressed: bool = False
+    body_crc32: int = 0
+
+
+@header
+class RegisterBrokerResponseHeader:
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+@header
+class UnRegisterBrokerRequestHeader:
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@header
+class GetRouteInfoRequestHeader:
+    topic: str
+    accept_standard_json_only: bool = False
+
+
+@header
+class WipeWritePermOfBrokerRequestHeader:
+    broker_name: str
+
+
+@header
+class WipeWritePermOfBrokerResponseHeader:
+    wipe_topic_count: int
+
+
+@header
+class AddWritePermOfBrokerRequestHeader:
+    broker_name: str
+
+
+@header
+class AddWritePermOfBrokerResponseHeader:
+    add_topic_count: int
+
+
+@header
+class QueryDataVersionRequestHeader:
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@header
+class QueryDataVersionResponseHeader:
+    changed: bool
+
+
+@header
+class GetKVConfigRequestHeader:
+    namespace: str
+    key: str
+
+
+@header
+class GetKVConfigResponseHeader:
+    value: str | None = None
+
+
+@header
+class PutKVConfigRequestHeader:
+    namespace: str
+    key: str
+    value: str
+
+
+@header
+class DeleteKVConfigRequestHeader:
+    namespace: str
+    key: str
+
+
+# ---- broker -> client (spec 2.1, client-side receivers) -------------------------------------------------------
+
+@header
+class ResetOffsetRequestHeader:
+    topic: str
+    group: str
+    timestamp: int
+    is_force: bool = False
+
+
+@header
+class GetConsumerRunningInfoRequestHeader:
+    consumer_group: str
+    client_id: str = wire("clientId")
+    jstack_enable: bool = False
+
+
+@header
+class ConsumeMessageDirectlyResultRequestHeader:
+    consumer_group: str
+    client_id: str | None = wire("clientId", None)
+    msg_id: str | None = None
+    broker_name: str | None = None
