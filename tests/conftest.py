@@ -1,0 +1,57 @@
+"""Fixtures shared by the tests: roles started in-process on real sockets (127.0.0.1, free ports)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import trio
+
+# third-party plugins installed in the developer's venv must not change what the tests observe
+os.environ.setdefault("PYRMQ_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def start_role(nursery: trio.Nursery, tmp_path) -> Callable[..., Any]:
+    """``kernel = await start_role("namesrv", {"namesrv.listenPort": 0}, extra_plugins=[...])``; stopped at teardown."""
+    from pyrmq.kernel.bundles import load_bundle
+    from pyrmq.kernel.service import build_kernel, serve_kernel
+
+    kernels = []
+
+    async def start(bundle_name: str, overrides: dict[str, Any] | None = None, *, extra_plugins=()) -> Any:
+        bundle = load_bundle(bundle_name)
+        defaults: dict[str, Any] = {}
+        if bundle.namesrv is not None:
+            defaults["namesrv.listenPort"] = 0
+            defaults["namesrv.kvConfigPath"] = str(tmp_path / f"kv-{len(kernels)}.json")
+        if bundle.broker is not None:
+            defaults["broker.listenPort"] = 0
+            defaults["broker.storePathRootDir"] = str(tmp_path / f"store-{len(kernels)}")
+        defaults.update(overrides or {})
+        kernel = build_kernel(bundle.with_overrides(defaults), extra_plugins=extra_plugins, entry_points=False)
+        await nursery.start(serve_kernel, kernel)
+        kernels.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in kernels:
+        kernel.request_stop()
+
+
+@pytest.fixture
+async def remoting_client(nursery: trio.Nursery):
+    from pyrmq.remoting.client import RemotingClient
+
+    client = RemotingClient()
+    await nursery.start(client.run)
+    yield client
