@@ -77,6 +77,8 @@ def body_length(body: Body) -> int:
         return len(body)
     if isinstance(body, memoryview):
         return body.nbytes
+    if isinstance(body, str):
+        return len(body.encode())
     return sum(len(b) if isinstance(b, (bytes, bytearray)) else memoryview(b).nbytes for b in body)
 
 
@@ -243,6 +245,10 @@ class RemotingCommand:
             if bl:
                 out.append(body)
             return 8 + hl + bl
+        if isinstance(body, str):  # lenient: a text body is sent as UTF-8
+            body = body.encode()
+            out.append(FRAME_PREFIX.pack(4 + hl + len(body), (self.serialize_type << 24) | hl) + header + body)
+            return 8 + hl + len(body)
         pieces = list(body)
         bl = body_length(pieces)
         out.append(FRAME_PREFIX.pack(4 + hl + bl, (self.serialize_type << 24) | hl) + header)

@@ -8,10 +8,10 @@ parser that accepts fastjson's quirks:
   mapping; ``key["topic"]``);
 * single-quoted strings and bare identifier keys.
 
-Emitter (``dumps``): compact, map keys sorted. ``style="standard"`` quotes every key and escapes non-ASCII
-(fastjson ``BrowserCompatible|QuoteFieldNames|MapSortField``, what 4.9.4+ clients ask for); ``style="fastjson"``
-writes integer keys bare like Java's default (``{0:"10.0.0.5:10911"}``). ``ObjectKey`` keys are written as object
-literals in both styles, as fastjson does. Pick the route-data style with ``route_json_style`` (spec 1.7 / 4.1).
+Emitter (``dumps`` -> bytes for a body, ``dumps_text`` -> str): compact, map keys sorted. ``style="standard"``
+quotes every key and escapes non-ASCII (fastjson ``BrowserCompatible|QuoteFieldNames|MapSortField``, what 4.9.4+
+clients ask for); ``style="fastjson"`` writes integer keys bare like Java's default (``{0:"10.0.0.5:10911"}``).
+``ObjectKey`` keys are written as object literals in both styles, as fastjson does. Pick the route-data style with ``route_json_style`` (spec 1.7 / 4.1).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ from typing import Any
 
 from .codes import MQVersion
 
-__all__ = ["loads", "dumps", "dumps_bytes", "ObjectKey", "FastjsonDecodeError", "route_json_style",
+__all__ = ["loads", "dumps", "dumps_text", "ObjectKey", "FastjsonDecodeError", "route_json_style",
            "STANDARD", "FASTJSON"]
 
 STANDARD = "standard"
 FASTJSON = "fastjson"
 
-_MAX_DEPTH = 512
+_MAX_DEPTH = 200
 
 
 class FastjsonDecodeError(ValueError):
@@ -107,7 +107,10 @@ def loads(data: str | bytes | bytearray | memoryview) -> Any:
         return json.loads(data)
     except (ValueError, RecursionError):
         pass
-    return _Parser(data).parse()
+    try:
+        return _Parser(data).parse()
+    except RecursionError:
+        raise FastjsonDecodeError("nesting too deep", 0) from None
 
 
 class _Parser:
@@ -243,8 +246,13 @@ def _sort_key(k: Any) -> tuple:
     return (4, str(k))
 
 
-def dumps(obj: Any, *, style: str = STANDARD, sort_keys: bool = True) -> str:
-    """Compact JSON text of dicts/lists/scalars (and ``ObjectKey`` keys); see the module doc for ``style``."""
+def dumps_text(obj: Any, *, style: str | None = None, standard: bool | None = None, sort_keys: bool = True) -> str:
+    """Compact JSON text of dicts/lists/scalars (and ``ObjectKey`` keys); see the module doc for ``style``.
+
+    ``standard=True/False`` is shorthand for ``style="standard"/"fastjson"``.
+    """
+    if style is None:
+        style = FASTJSON if standard is False else STANDARD
     if style not in (STANDARD, FASTJSON):
         raise ValueError(f"style must be {STANDARD!r} or {FASTJSON!r}, not {style!r}")
     out: list[str] = []
@@ -252,8 +260,9 @@ def dumps(obj: Any, *, style: str = STANDARD, sort_keys: bool = True) -> str:
     return "".join(out)
 
 
-def dumps_bytes(obj: Any, *, style: str = STANDARD, sort_keys: bool = True) -> bytes:
-    return dumps(obj, style=style, sort_keys=sort_keys).encode("utf-8")
+def dumps(obj: Any, *, style: str | None = None, standard: bool | None = None, sort_keys: bool = True) -> bytes:
+    """``dumps_text`` encoded as UTF-8: ready to be a command body."""
+    return dumps_text(obj, style=style, standard=standard, sort_keys=sort_keys).encode("utf-8")
 
 
 def _emit(v: Any, out: list[str], bare: bool, sort_keys: bool, depth: int) -> None:
