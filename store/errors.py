@@ -1,0 +1,42 @@
+"""Exceptions of the store layer.
+
+Each carries what a user needs to find the problem: the file and the byte position.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every error raised by :mod:`pyrmq.store`."""
+
+
+class CorruptRecordError(StoreError):
+    """Bytes at ``file``/``pos`` are not a valid record (bad magic, size, CRC or a short read)."""
+
+    def __init__(self, file: str | None, pos: int, reason: str) -> None:
+        self.file = file
+        self.pos = pos
+        self.reason = reason
+        where = f"{file}@{pos}" if file else f"@{pos}"
+        super().__init__(f"corrupt record at {where}: {reason}")
+
+
+class MessageTooLargeError(StoreError):
+    """A message (or its properties / topic) exceeds the store limits (spec 5.1, 6.2)."""
+
+
+class StoreLockedError(StoreError):
+    """Another process holds the store directory's ``lock`` file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        super().__init__(f"store directory is locked by another process: {path}")
+
+
+class ConfigFileError(StoreError):
+    """A config JSON file (and its .bak) could not be parsed."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"{path}: {reason}")

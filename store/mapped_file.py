@@ -1,0 +1,170 @@
+"""One fixed-size memory-mapped segment file, named by the 20-digit absolute offset of its first byte.
+
+Writers put bytes straight into ``mm`` (``struct.pack_into`` / slice assignment); ``wrote_position`` is the end of
+the valid data. ``flush()`` is a blocking ``fdatasync`` on the file (on Linux that writes the dirty pages of a
+shared mapping too) and is meant to run in a worker thread; it releases the GIL, unlike ``mmap.flush`` in 3.11.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+
+log = logging.getLogger(__name__)
+
+ZERO_CHUNK = bytes(1 << 20)
+
+
+def offset_to_file_name(offset: int) -> str:
+    """``UtilAll.offset2FileName``: 20-digit zero-padded decimal."""
+    return f"{offset:020d}"
+
+
+def is_segment_name(name: str) -> bool:
+    return len(name) == 20 and name.isdigit()
+
+
+class MappedFile:
+    """A segment of a commit log or consume queue."""
+
+    __slots__ = (
+        "path", "file_from_offset", "file_size", "fd", "mm", "view",
+        "wrote_position", "flushed_position", "store_timestamp", "_closed",
+    )
+
+    def __init__(self, path: str, file_size: int, *, create: bool = True) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(os.path.basename(path))
+        flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        self.fd = os.open(path, flags, 0o644)
+        try:
+            if os.fstat(self.fd).st_size != file_size:
+                # a fresh (sparse) segment, or one a crash left short: grow it to the full size
+                os.ftruncate(self.fd, file_size)
+            self.mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.view = memoryview(self.mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+        #: store timestamp of the last record written (commit log) / dispatched (consume queue)
+        self.store_timestamp = 0
+        self._closed = False
+
+    # -- positions ---------------------------------------------------------------------------------------------
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    @property
+    def remaining(self) -> int:
+        return self.file_size - self.wrote_position
+
+    def set_positions(self, position: int) -> None:
+        self.wrote_position = position
+        self.flushed_position = position
+
+    # -- io ----------------------------------------------------------------------------------------------------
+    def append(self, data: bytes | memoryview) -> int:
+        """Write ``data`` at the wrote position; return the position it went to."""
+        pos = self.wrote_position
+        end = pos + len(data)
+        if end > self.file_size:
+            raise ValueError(f"{self.path}: append of {len(data)} bytes at {pos} exceeds {self.file_size}")
+        self.mm[pos:end] = data
+        self.wrote_position = end
+        return pos
+
+    def slice(self, pos: int, size: int) -> memoryview:
+        """A zero-copy view of ``size`` bytes at ``pos`` (relative to the file start)."""
+        return self.view[pos : pos + size]
+
+    def dirty_bytes(self) -> int:
+        return self.wrote_position - self.flushed_position
+
+    def flush(self) -> int:
+        """Blocking: make the bytes up to the current wrote position durable; returns the flushed position."""
+        target = self.wrote_position
+        if target > self.flushed_position and not self._closed:
+            try:
+                os.fdatasync(self.fd)
+            except OSError as exc:  # deleted under our feet by retention; nothing left to make durable
+                if self._closed:
+                    return self.flushed_position
+                raise exc
+            self.flushed_position = max(self.flushed_position, target)
+        return self.flushed_position
+
+    def warm(self, page_size: int = 4096) -> None:
+        """Pre-fault every page (Java ``warmMappedFile``) so first appends do not pay for page faults."""
+        mm = self.mm
+        for pos in range(self.wrote_position - self.wrote_position % page_size, self.file_size, page_size):
+            if pos >= self.wrote_position:
+                mm[pos] = 0
+
+    def zero_from(self, pos: int) -> None:
+        """Clear bytes from ``pos`` to the end (used by recovery after moving a torn tail aside)."""
+        end = self.last_nonzero_end(pos)
+        while pos < end:
+            n = min(len(ZERO_CHUNK), end - pos)
+            self.mm[pos : pos + n] = ZERO_CHUNK[:n]
+            pos += n
+
+    def last_nonzero_end(self, start: int) -> int:
+        """Position just after the last non-zero byte at or after ``start`` (``start`` if all zero)."""
+        end = start
+        pos = start
+        mm = self.mm
+        size = self.file_size
+        while pos < size:
+            n = min(len(ZERO_CHUNK), size - pos)
+            chunk = mm[pos : pos + n]
+            if chunk != ZERO_CHUNK[:n]:
+                end = pos + len(chunk.rstrip(b"\0"))
+            pos += n
+        return end
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.view.release()
+        except BufferError:
+            pass
+        try:
+            self.mm.close()
+        except BufferError:
+            # a reader still holds a memoryview of this segment (a pull response in flight); the mapping goes away
+            # when the last view is garbage-collected
+            log.debug("%s: segment still referenced by readers; unmapping later", self.path)
+        os.close(self.fd)
+
+    def destroy(self) -> None:
+        """Close and delete the file."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def last_modified(self) -> float:
+        try:
+            return os.stat(self.path).st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    def __repr__(self) -> str:
+        return f"MappedFile({self.path!r}, wrote={self.wrote_position}, flushed={self.flushed_position})"
