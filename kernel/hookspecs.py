@@ -165,7 +165,8 @@ def pyrmq_make_message_filter(kernel: Kernel, expression_type: str, expression: 
     """Compile a subscription expression of ``expression_type`` (``TAG``, ``SQL92``, ...) into a message filter.
 
     Called by the broker when a consumer's subscription is registered (heartbeat) or arrives with a pull, never per
-    message: the pull path calls the compiled filter's ``match_tags_code`` / ``match_message`` directly. Return None
+    message: the pull path hands the compiled filter to the store, which calls its
+    ``is_matched_by_consume_queue`` / ``is_matched_by_commit_log`` directly. Return None
     when this plugin does not handle the type; the first non-None answer wins. Raise
     :class:`pyrmq.kernel.errors.FilterExpressionError` for an expression of a handled type that does not parse
     (the broker answers SUBSCRIPTION_PARSE_FAILED with its text).

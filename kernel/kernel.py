@@ -69,11 +69,30 @@ class Kernel:
         self.stop_timeout: float = 10.0
         #: where each role listens once started: {"namesrv": "127.0.0.1:9876", "broker": ...}
         self.listening: dict[str, str] = {}
+        self._listening_events: dict[str, Any] = {}
         self._stop_event: Any = None
 
     def plugin_settings(self, name: str) -> Mapping[str, Any]:
         """Settings of one plugin from the bundle's ``[plugins."<name>"]`` table (empty when absent)."""
         return self.bundle.plugin_settings.get(name, {})
+
+    def mark_listening(self, role: str, address: str) -> None:
+        """Called by the plugin that put ``role`` on the network, with the real ``host:port``."""
+        self.listening[role] = address
+        self._listening_event(role).set()
+
+    async def wait_listening(self, role: str) -> str:
+        """Wait until ``role`` listens; returns its ``host:port`` (the real port when 0 was configured)."""
+        await self._listening_event(role).wait()
+        return self.listening[role]
+
+    def _listening_event(self, role: str) -> Any:
+        import trio
+
+        event = self._listening_events.get(role)
+        if event is None:
+            event = self._listening_events[role] = trio.Event()
+        return event
 
     def request_stop(self) -> None:
         """Ask the role to stop gracefully (what SIGINT/SIGTERM do)."""

@@ -8,6 +8,7 @@ Stop (SIGINT/SIGTERM, :meth:`Kernel.request_stop`, or a crashed service): the nu
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import time
@@ -82,4 +83,4 @@ async def run_until_signal(kernel: Kernel, *, on_ready=None) -> None:
 
 def run(kernel: Kernel, *, on_ready=None) -> None:
     """Blocking entry point used by the CLI."""
-    trio.run(run_until_signal, kernel, on_ready)
+    trio.run(functools.partial(run_until_signal, kernel, on_ready=on_ready))

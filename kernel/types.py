@@ -29,18 +29,24 @@ class StoreDispatcher(Protocol):
 
 @runtime_checkable
 class MessageFilter(Protocol):
-    """A compiled subscription: cheap tag-code check on the consume-queue entry, full check on the record."""
+    """A compiled subscription, handed to the store's read path (RocketMQ's MessageFilter).
 
-    def match_tags_code(self, tags_code: int) -> bool: ...
+    ``is_matched_by_consume_queue`` is the cheap check on a consume-queue entry's tags code;
+    ``is_matched_by_commit_log`` the full check on the stored record (SQL92 reads its properties).
+    """
 
-    def match_message(self, properties: dict[str, str]) -> bool: ...
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool: ...
+
+    def is_matched_by_commit_log(self, record: memoryview) -> bool: ...
 
 
 @runtime_checkable
 class FlushPolicy(Protocol):
     """How the store makes appended bytes durable (ASYNC_FLUSH interval flush or SYNC_FLUSH group commit)."""
 
-    async def run(self, store: Any, *, task_status: Any = ...) -> None: ...
+    async def run(self, target: Any, *, task_status: Any = ...) -> None: ...
+
+    async def wait_flushed(self, target: Any, offset: int, timeout: float) -> bool: ...
 
 
 @runtime_checkable

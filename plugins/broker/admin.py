@@ -1,0 +1,221 @@
+"""Broker administration: topics, subscription groups, offsets and statistics (spec 2.1, 3.9, mqadmin's codes).
+
+UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
+GET_ALL_CONSUMER_OFFSET (43), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_BROKER_RUNTIME_INFO (28),
+GET_CONSUMER_CONNECTION_LIST (203), INVOKE_BROKER_TO_RESET_OFFSET (222).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.plugins.broker.core import BROKER, BrokerContext
+from pyrmq.plugins.broker.groups import SubscriptionGroupConfig
+from pyrmq.plugins.broker.topics import NOT_ALLOWED_SEND_TOPICS, AUTO_CREATE_TOPIC_KEY, TopicConfig, topic_problem
+from pyrmq.remoting import fastjson
+from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import CreateTopicRequestHeader, header
+
+log = logging.getLogger("pyrmq.broker.admin")
+
+
+@header
+class TopicHeader:
+    topic: str
+
+
+@header
+class GroupHeader:
+    group_name: str
+
+
+@header
+class ConsumeStatsHeader:
+    consumer_group: str
+    topic: str | None = None
+
+
+@header
+class ResetOffsetHeader:
+    topic: str
+    group: str
+    timestamp: int
+    is_force: bool = True
+
+
+def _mq_key(ctx: BrokerContext, topic: str, queue_id: int) -> fastjson.ObjectKey:
+    return fastjson.ObjectKey({"brokerName": ctx.settings.brokerName, "queueId": queue_id, "topic": topic})
+
+
+class AdminProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+
+    async def create_topic(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
+        problem = topic_problem(h.topic)
+        if problem:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, problem)
+        if h.topic == AUTO_CREATE_TOPIC_KEY or h.topic in NOT_ALLOWED_SEND_TOPICS:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
+        if not (1 <= h.read_queue_nums <= 1024 and 1 <= h.write_queue_nums <= 1024):
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be from 1 to 1024")
+        config = TopicConfig(
+            h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type or "SINGLE_TAG", h.topic_sys_flag or 0, bool(h.order)
+        )
+        self.ctx.topics.update(config)
+        if self.ctx.started:
+            await self.ctx.registration.register_all()
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def delete_topic(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        topic = TopicHeader.from_ext_fields(request.ext_fields).topic
+        if topic in NOT_ALLOWED_SEND_TOPICS or topic == AUTO_CREATE_TOPIC_KEY:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted")
+        self.ctx.topics.delete(topic)
+        self.ctx.offsets.delete_topic(topic)
+        self.ctx.store.delete_topics({topic})
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def all_topic_config(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps(self.ctx.topics.document()).encode())
+
+    async def create_group(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        try:
+            data = fastjson.loads(request.body_bytes())
+            config = SubscriptionGroupConfig.from_json(str(data["groupName"]), data)
+        except (ValueError, KeyError, TypeError) as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {exc!r}")
+        self.ctx.groups.update(config)
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def all_group_config(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps(self.ctx.groups.document()).encode())
+
+    async def delete_group(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        self.ctx.groups.delete(GroupHeader.from_ext_fields(request.ext_fields).group_name)
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def all_consumer_offset(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(self.ctx.offsets.document(), style=fastjson.FASTJSON))
+
+    async def topic_stats(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        topic = TopicHeader.from_ext_fields(request.ext_fields).topic
+        config = self.ctx.topics.get(topic)
+        if config is None:
+            return request.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        store = self.ctx.store
+        table = {}
+        for qid in range(config.write_queue_nums):
+            max_offset = store.get_max_offset_in_queue(topic, qid)
+            table[_mq_key(self.ctx, topic, qid)] = {
+                "minOffset": store.get_min_offset_in_queue(topic, qid),
+                "maxOffset": max_offset,
+                "lastUpdateTimestamp": store.get_message_store_timestamp(topic, qid, max_offset - 1) if max_offset > 0 else 0,
+            }
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON))
+
+    async def consume_stats(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """ConsumeStats: per queue broker offset, consumer offset (lag = difference) (mqadmin consumerProgress)."""
+        h = ConsumeStatsHeader.from_ext_fields(request.ext_fields)
+        ctx = self.ctx
+        info = ctx.consumers.groups.get(h.consumer_group)
+        topics = {h.topic} if h.topic else set(info.subscriptions) if info else set()
+        topics |= {t for t in ctx.topics.table if h.consumer_group in ctx.offsets.groups_of_topic(t)} if not h.topic else set()
+        table = {}
+        total_diff = 0
+        for topic in sorted(topics):
+            config = ctx.topics.get(topic)
+            if config is None:
+                continue
+            for qid in range(config.write_queue_nums):
+                broker_offset = ctx.store.get_max_offset_in_queue(topic, qid)
+                consumer_offset = max(ctx.offsets.query(h.consumer_group, topic, qid), 0)
+                total_diff += broker_offset - consumer_offset
+                last = ctx.store.get_message_store_timestamp(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
+                table[_mq_key(ctx, topic, qid)] = {
+                    "brokerOffset": broker_offset,
+                    "consumerOffset": consumer_offset,
+                    "lastTimestamp": last,
+                }
+        body = {"consumeTps": 0.0, "offsetTable": table}
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(body, style=fastjson.FASTJSON))
+
+    async def runtime_info(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        store = self.ctx.store
+        table = {
+            "brokerVersion": "409",
+            "brokerVersionDesc": "V4_9_8 (pyrmq)",
+            "commitLogMaxOffset": str(store.max_phy_offset),
+            "commitLogMinOffset": str(store.min_phy_offset),
+            "earliestMessageTimeStamp": str(store.get_earliest_store_time()),
+            "bootTimestamp": str(int(time.time() * 1000)),
+        }
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
+
+    async def consumer_connections(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        group = ConsumeStatsHeader.from_ext_fields(request.ext_fields).consumer_group
+        info = self.ctx.consumers.groups.get(group)
+        if info is None:
+            return request.make_response(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
+        body = {
+            "connectionSet": [
+                {"clientId": c.client_id, "clientAddr": "%s:%d" % tuple(conn.remote_address), "language": c.language, "version": c.version}
+                for conn, c in info.channels.items()
+            ],
+            "consumeType": info.consume_type,
+            "messageModel": info.message_model,
+            "consumeFromWhere": info.consume_from_where,
+            "subscriptionTable": {
+                t: {"topic": s.topic, "subString": s.sub_string, "expressionType": s.expression_type, "subVersion": s.sub_version,
+                    "tagsSet": sorted(s.tags_set), "codeSet": sorted(s.code_set)}
+                for t, s in info.subscriptions.items()
+            },
+        }
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+
+    async def reset_offset(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET: move a group's committed offsets to a timestamp (mqadmin resetOffsetByTime)."""
+        h = ResetOffsetHeader.from_ext_fields(request.ext_fields)
+        ctx = self.ctx
+        config = ctx.topics.get(h.topic)
+        if config is None:
+            return request.make_response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        offsets = {}
+        for qid in range(config.read_queue_nums):
+            if h.timestamp < 0:
+                offsets[qid] = ctx.store.get_max_offset_in_queue(h.topic, qid)
+            else:
+                offsets[qid] = ctx.store.get_offset_in_queue_by_time(h.topic, qid, h.timestamp)
+        ctx.offsets.reset(h.group, h.topic, offsets)
+        ctx.offsets.persist()
+        table = {_mq_key(ctx, h.topic, q): o for q, o in offsets.items()}
+        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON))
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
+    ctx = kernel.state.find(BROKER)
+    if role != "broker" or ctx is None:
+        return None
+    p = AdminProcessor(ctx)
+    return {
+        RequestCode.UPDATE_AND_CREATE_TOPIC: p.create_topic,
+        RequestCode.DELETE_TOPIC_IN_BROKER: p.delete_topic,
+        RequestCode.GET_ALL_TOPIC_CONFIG: p.all_topic_config,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: p.create_group,
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: p.all_group_config,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP: p.delete_group,
+        RequestCode.GET_ALL_CONSUMER_OFFSET: p.all_consumer_offset,
+        RequestCode.GET_TOPIC_STATS_INFO: p.topic_stats,
+        RequestCode.GET_CONSUME_STATS: p.consume_stats,
+        RequestCode.GET_BROKER_RUNTIME_INFO: p.runtime_info,
+        RequestCode.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,
+    }

@@ -1,0 +1,227 @@
+"""Broker core plugin: the broker's shared context, its store, config files, name-server registration, housekeeping.
+
+Every other broker feature (send, pull, offsets, queries, locks, admin, delay, retry ...) is a plugin of its own that
+finds this context under :data:`BROKER` and registers its processors through the dispatch hook.
+
+Start-up order: ``pyrmq_configure`` builds the context and the (unloaded) store; ``pyrmq_serve`` (``tryfirst``, so
+the store is up before other services use it) adds the collected store dispatchers, recovers the store, starts its
+background services, then registers with the name servers. Stop: offsets and configs persisted, store flushed and
+closed, broker unregistered.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import trio
+
+from pyrmq.kernel.errors import ConfigError, FilterExpressionError
+from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import StateKey
+from pyrmq.plugins.broker.clients import ConsumerGroupInfo, ConsumerManager, ProducerManager
+from pyrmq.plugins.broker.groups import SubscriptionGroupManager
+from pyrmq.plugins.broker.offsets import ConsumerOffsetManager
+from pyrmq.plugins.broker.registration import NameServerRegistration
+from pyrmq.plugins.broker.topics import TopicConfig, TopicConfigManager
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.codes import RequestCode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.errors import RemotingError
+from pyrmq.store.config import StoreConfig
+from pyrmq.store.config_files import ConfigFile, config_path
+from pyrmq.store.consume_queue import ConsumeQueueDispatcher
+from pyrmq.store.errors import StoreError
+from pyrmq.store.index_file import IndexDispatcher
+from pyrmq.store.message_store import MessageStore
+
+log = logging.getLogger("pyrmq.broker")
+
+ROLE = "broker"
+
+
+def store_config(settings: Any) -> StoreConfig:
+    """The store's settings from the broker's broker.conf-named settings."""
+    root = str(settings.store_root)
+    try:
+        return StoreConfig(
+            store_path_root_dir=root,
+            store_path_commit_log=os.path.expanduser(settings.storePathCommitLog) or None,
+            mapped_file_size_commit_log=settings.mappedFileSizeCommitLog,
+            mapped_file_size_consume_queue=settings.mappedFileSizeConsumeQueue,
+            max_message_size=settings.maxMessageSize,
+            flush_disk_type=settings.flushDiskType,
+            flush_interval_commit_log=settings.flushIntervalCommitLog,
+            flush_commit_log_least_pages=settings.flushCommitLogLeastPages,
+            sync_flush_timeout=settings.syncFlushTimeout,
+            file_reserved_time=settings.fileReservedTime,
+            delete_when=settings.deleteWhen,
+            disk_max_used_space_ratio=settings.diskMaxUsedSpaceRatio,
+            disk_space_clean_forcibly_ratio=settings.diskSpaceCleanForciblyRatio,
+            disk_space_warning_level_ratio=settings.diskSpaceWarningLevelRatio,
+            max_hash_slot_num=settings.maxHashSlotNum,
+            max_index_num=settings.maxIndexNum,
+            check_crc_on_recover=settings.checkCRCOnRecover,
+            max_transfer_count_on_message_in_memory=settings.maxTransferCountOnMessageInMemory,
+            max_transfer_bytes_on_message_in_memory=settings.maxTransferBytesOnMessageInMemory,
+        )
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"store settings rejected: {exc}", file="[broker]") from None
+
+
+class BrokerContext:
+    """Everything the broker's feature plugins share. One per broker role."""
+
+    def __init__(self, kernel: Any) -> None:
+        self.kernel = kernel
+        self.settings = settings = kernel.bundle.broker
+        self.store_host = (settings.brokerIP1, settings.listenPort)
+        self.config_dir = os.path.join(str(settings.store_root), "config")
+        self._files = {
+            name: ConfigFile(config_path(str(settings.store_root), name))
+            for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json")
+        }
+        self.topics = TopicConfigManager(
+            settings, persist=self._files["topics.json"].save, on_created=self._topic_created
+        )
+        self.groups = SubscriptionGroupManager(settings, persist=self._files["subscriptionGroup.json"].save)
+        self.offsets = ConsumerOffsetManager(persist=self._files["consumerOffset.json"].save)
+        self.consumers = ConsumerManager(compile_filter=self.compile_filter, notify=self.notify_consumer_ids_changed)
+        self.producers = ProducerManager()
+        flush_policy = kernel.hooks.make_flush_policy(kernel, settings.flushDiskType)
+        self.store = MessageStore(store_config(settings), flush_policy=flush_policy)
+        self.replicator = kernel.hooks.make_replicator(kernel, settings.brokerRole)
+        self.delay_schedulers: list[Any] = []
+        self.client = RemotingClient()
+        self.registration = NameServerRegistration(settings, self.client, self.topics.registration_wrapper)
+        self.started = False
+
+    # -- shared services -------------------------------------------------------------------------------------
+
+    def compile_filter(self, expression_type: str, expression: str) -> Any:
+        """A compiled subscription through the filter hook; FilterExpressionError when no plugin handles it."""
+        compiled = self.kernel.hooks.make_message_filter(self.kernel, expression_type, expression)
+        if compiled is None:
+            raise FilterExpressionError(f"no filter plugin handles expression type {expression_type!r}")
+        return compiled
+
+    def _topic_created(self, config: TopicConfig, sync: bool) -> None:
+        if self.started:
+            self.registration.trigger()
+
+    def notify_consumer_ids_changed(self, group: ConsumerGroupInfo) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED, oneway, to every channel of the group (spec 4.2)."""
+        config = self.groups.table.get(group.group)
+        if config is not None and not config.notify_consumer_ids_changed_enable:
+            return
+        if not self.settings.notifyConsumerIdsChangedEnable:
+            return
+        for connection in list(group.channels):
+            request = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group.group}, oneway=True)
+            connection.start_soon(self._send_oneway, connection, request)
+
+    @staticmethod
+    async def _send_oneway(connection: Any, request: RemotingCommand) -> None:
+        try:
+            await connection.invoke_oneway(request)
+        except RemotingError as exc:
+            log.debug("notify to %s failed: %s", connection, exc)
+
+    # -- life cycle ------------------------------------------------------------------------------------------
+
+    def load_configs(self) -> None:
+        try:
+            self.topics.load(self._files["topics.json"].load())
+            self.groups.load(self._files["subscriptionGroup.json"].load())
+            self.offsets.load(self._files["consumerOffset.json"].load())
+        except StoreError as exc:
+            raise ConfigError(str(exc)) from None
+        self.topics.persist()
+        self.groups.persist()
+
+    async def housekeeping(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Persist consumer offsets every flushConsumerOffsetInterval; drop client channels silent for 120 s."""
+        task_status.started()
+        offsets_every = self.settings.flushConsumerOffsetInterval / 1000
+        next_scan = trio.current_time() + 10
+        while True:
+            await trio.sleep(offsets_every)
+            self.offsets.persist_if_dirty()
+            now = trio.current_time()
+            if now >= next_scan:
+                next_scan = now + 10
+                timeout = self.settings.channelExpiredTimeout / 1000
+                for conn in self.consumers.expire(now, timeout) + self.producers.expire(now, timeout):
+                    log.info("client channel %s silent for %.0f s: closed", conn, timeout)
+                    conn.close("no heartbeat")
+
+    async def register_when_listening(self) -> None:
+        """Once the broker's listener is up (its real port known), register with the name servers and keep at it."""
+        addr = await self.kernel.wait_listening(ROLE)
+        port = int(addr.rpartition(":")[2])
+        self.store_host = (self.settings.brokerIP1, port)
+        self.registration.broker_addr = f"{self.settings.brokerIP1}:{port}"
+        self.started = True
+        await self.registration.run()
+
+    def persist_all(self) -> None:
+        self.offsets.persist()
+        self.topics.persist()
+        self.groups.persist()
+
+
+BROKER = StateKey[BrokerContext]("broker")
+
+
+@hookimpl(trylast=True)
+def pyrmq_configure(kernel: Any) -> None:
+    if ROLE in kernel.bundle.roles:
+        ctx = kernel.state.put(BROKER, BrokerContext(kernel))
+        ctx.load_configs()
+        ctx.delay_schedulers = kernel.hooks.register_delay_schedulers(kernel)
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_store_dispatchers(kernel: Any) -> list[Any] | None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is None:
+        return None
+    # the consume queue and the index are dispatchers like any feature's (spec: issue 3)
+    return [ctx.store.queue_dispatcher, ctx.store.index_dispatcher]
+
+
+@hookimpl(tryfirst=True)
+async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is None:
+        return
+    store = ctx.store
+    for dispatcher in kernel.store_dispatchers:
+        if dispatcher not in store.dispatchers and not isinstance(dispatcher, (ConsumeQueueDispatcher, IndexDispatcher)):
+            store.add_dispatcher(dispatcher)
+    report = await trio.to_thread.run_sync(store.load)
+    log.info("store %s recovered: %s", ctx.settings.store_root, report)
+    await nursery.start(store.run)
+    await nursery.start(ctx.client.run)
+    await nursery.start(ctx.housekeeping)
+    nursery.start_soon(ctx.register_when_listening)
+
+
+@hookimpl(trylast=True)
+def pyrmq_connection_closed(kernel: Any, role: str, connection: Any) -> None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is not None and role == ROLE:
+        ctx.consumers.connection_closed(connection)
+        ctx.producers.connection_closed(connection)
+
+
+@hookimpl(trylast=True)
+async def pyrmq_unconfigure(kernel: Any) -> None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is None:
+        return
+    ctx.persist_all()
+    if ctx.started:
+        await ctx.registration.unregister_all()
+    await ctx.store.aclose()

@@ -1,0 +1,249 @@
+"""PULL_MESSAGE with long polling (spec 2.3, 3.3, 3.4, 7.5).
+
+A pull that finds nothing and carries the suspend flag is parked under ``topic@queueId`` (no response yet). It is
+answered as soon as a message matching its filter is dispatched to that queue (the ``long-polling`` store
+dispatcher wakes the hold service), or when its suspend timeout passes (checked every 5 s, 1 s with short polling,
+and at each deadline). A re-executed pull never parks again and never commits the consumer offset again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from typing import Any
+
+import attrs
+import trio
+
+from pyrmq.kernel.errors import FilterExpressionError
+from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import StateKey
+from pyrmq.plugins.broker.core import BROKER
+from pyrmq.plugins.broker.topics import is_readable
+from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from pyrmq.store.results import GetMessageStatus
+
+log = logging.getLogger("pyrmq.broker.pull")
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+# GetMessageStatus -> pull response code (spec 2.3); NO_MESSAGE_IN_QUEUE depends on the request offset
+_STATUS_CODE = {
+    GetMessageStatus.FOUND: ResponseCode.SUCCESS,
+    GetMessageStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetMessageStatus.NO_MATCHED_LOGIC_QUEUE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+@attrs.define(eq=False)
+class ParkedPull:
+    connection: Any
+    request: RemotingCommand
+    header: PullMessageRequestHeader
+    message_filter: Any
+    deadline: float
+
+
+class PullRequestHoldService:
+    """Parked pulls by ``topic@queueId``; woken by dispatch of a matching message or by their deadline."""
+
+    def __init__(self, processor: PullMessageProcessor, check_interval: float) -> None:
+        self.processor = processor
+        self.check_interval = check_interval
+        self.parked: dict[str, list[ParkedPull]] = defaultdict(list)
+        self._ready: set[str] = set()
+        self._wake = trio.Event()
+
+    def park(self, pull: ParkedPull) -> None:
+        self.parked[f"{pull.header.topic}@{pull.header.queue_id}"].append(pull)
+        self._wake.set()  # the deadline may be earlier than the current sleep
+
+    # store dispatcher: called for every appended record, in the append path; must stay cheap
+    name = "long-polling"
+    order = 20
+
+    def dispatch(self, request: Any) -> None:
+        if not self.parked:
+            return
+        key = f"{request.topic}@{request.queue_id}"
+        waiting = self.parked.get(key)
+        if not waiting:
+            return
+        for pull in waiting:
+            f = pull.message_filter
+            if f is None or f.is_matched_by_consume_queue(request.tags_code):
+                self._ready.add(key)
+                self._wake.set()
+                return
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while True:
+            now = trio.current_time()
+            next_deadline = now + self.check_interval
+            for pulls in self.parked.values():
+                for pull in pulls:
+                    next_deadline = min(next_deadline, pull.deadline)
+            with trio.move_on_at(next_deadline):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            await self._answer_due()
+
+    async def _answer_due(self) -> None:
+        now = trio.current_time()
+        ready, self._ready = self._ready, set()
+        answers: list[tuple[Any, RemotingCommand]] = []
+        # decide synchronously, then send: pulls parked while we send land in fresh lists
+        for key in list(self.parked):
+            keep: list[ParkedPull] = []
+            for pull in self.parked[key]:
+                if pull.connection.closed:
+                    continue
+                timed_out = pull.deadline <= now
+                if key not in ready and not timed_out:
+                    keep.append(pull)
+                    continue
+                response = self.processor.execute(pull.connection, pull.request, pull.header, pull.message_filter, first=False)
+                if response.code == ResponseCode.PULL_NOT_FOUND and not timed_out:
+                    keep.append(pull)  # woken by a message that does not match after all: keep waiting
+                    continue
+                answers.append((pull.connection, response))
+            if keep:
+                self.parked[key] = keep
+            else:
+                del self.parked[key]
+        for connection, response in answers:
+            await connection.send_response(response)
+
+
+class PullMessageProcessor:
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        settings = ctx.settings
+        check = 5.0 if settings.longPollingEnable else settings.shortPollingTimeMills / 1000
+        self.hold = PullRequestHoldService(self, check)
+
+    def _error(self, request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
+        return request.make_response(code, remark)
+
+    async def __call__(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
+        header = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+        ctx = self.ctx
+        settings = ctx.settings
+        if not is_readable(settings.brokerPermission):
+            return self._error(request, ResponseCode.NO_PERMISSION, f"the broker[{settings.brokerIP1}] pulling message is forbidden")
+        group = ctx.groups.find_or_create(header.consumer_group)
+        if group is None:
+            return self._error(
+                request, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{header.consumer_group}] does not exist"
+            )
+        if not group.consume_enable:
+            return self._error(request, ResponseCode.NO_PERMISSION, f"subscription group no permission, {header.consumer_group}")
+        topic = ctx.topics.get(header.topic)
+        if topic is None:
+            return self._error(request, ResponseCode.TOPIC_NOT_EXIST, f"topic[{header.topic}] not exist, apply first please!")
+        if not is_readable(topic.perm):
+            return self._error(request, ResponseCode.NO_PERMISSION, f"the topic[{header.topic}] pulling message is forbidden")
+        if not 0 <= header.queue_id < topic.read_queue_nums:
+            return self._error(
+                request,
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] topicConfig.readQueueNums:[{topic.read_queue_nums}]",
+            )
+        expression_type = (header.expression_type or "TAG").upper()
+        if header.sys_flag & FLAG_SUBSCRIPTION:
+            if expression_type != "TAG" and not settings.enablePropertyFilter:
+                return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {expression_type}")
+            try:
+                message_filter = ctx.compile_filter(expression_type, header.subscription or "*")
+            except FilterExpressionError as exc:
+                return self._error(request, ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {exc}")
+        else:
+            info = ctx.consumers.groups.get(header.consumer_group)
+            if info is None:
+                return self._error(request, ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's group info not exist: {header.consumer_group}")
+            sub = info.subscriptions.get(header.topic)
+            if sub is None:
+                return self._error(request, ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist: {header.topic}")
+            if sub.sub_version < header.sub_version:
+                return self._error(request, ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            if sub.expression_type != "TAG" and not settings.enablePropertyFilter:
+                return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {sub.expression_type}")
+            message_filter = sub.message_filter
+        response = self.execute(connection, request, header, message_filter, first=True)
+        if response is None:
+            timeout = header.suspend_timeout_millis if settings.longPollingEnable else settings.shortPollingTimeMills
+            self.hold.park(ParkedPull(connection, request, header, message_filter, trio.current_time() + timeout / 1000))
+        return response
+
+    def execute(
+        self, connection: Any, request: RemotingCommand, header: PullMessageRequestHeader, message_filter: Any, *, first: bool
+    ) -> RemotingCommand | None:
+        """Read from the store and build the response; None = park (first execution with the suspend flag)."""
+        ctx = self.ctx
+        result = ctx.store.get_message(
+            header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums, message_filter
+        )
+        status = result.status
+        next_begin = result.next_begin_offset
+        if status is GetMessageStatus.NO_MESSAGE_IN_QUEUE:
+            code = ResponseCode.PULL_OFFSET_MOVED if header.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+        else:
+            code = _STATUS_CODE.get(status, ResponseCode.SYSTEM_ERROR)
+        if first and code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & FLAG_SUSPEND:
+            result.release()
+            self._commit(header, first)
+            return None
+        self._commit(header, first)
+        response_header = PullMessageResponseHeader(
+            suggest_which_broker_id=0, next_begin_offset=next_begin, min_offset=result.min_offset, max_offset=result.max_offset
+        )
+        body = result.buffers if code == ResponseCode.SUCCESS else b""
+        return request.make_response(code, status.value, response_header.to_ext_fields(), body)
+
+    def _commit(self, header: PullMessageRequestHeader, first: bool) -> None:
+        # the commit offset travels with the pull; stored on the first execution, by a master only (spec 3.3)
+        if first and header.sys_flag & FLAG_COMMIT_OFFSET and self.ctx.settings.brokerRole != "SLAVE":
+            self.ctx.offsets.commit(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
+
+
+# -- plugin ------------------------------------------------------------------------------------------------------
+
+PULL = StateKey[PullMessageProcessor]("broker.pull")
+
+
+@hookimpl(trylast=True)
+def pyrmq_configure(kernel: Any) -> None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is not None:
+        kernel.state.put(PULL, PullMessageProcessor(ctx))
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
+    processor = kernel.state.find(PULL)
+    if role != "broker" or processor is None:
+        return None
+    return {RequestCode.PULL_MESSAGE: processor}
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_store_dispatchers(kernel: Any) -> list[Any] | None:
+    processor = kernel.state.find(PULL)
+    return None if processor is None else [processor.hold]
+
+
+@hookimpl(trylast=True)
+async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
+    processor = kernel.state.find(PULL)
+    if processor is not None:
+        await nursery.start(processor.hold.run)

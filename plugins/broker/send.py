@@ -1,0 +1,267 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) (spec 2.1, 2.4, 3.1, 3.2, 5.7, 5.8, 7.3).
+
+Checks in RocketMQ's order (AbstractSendMessageProcessor#msgCheck), topic auto-creation from TBW102, retry-topic
+rules, delay schedulers (collected once through ``pyrmq_register_delay_schedulers``), then one synchronous append.
+Under SYNC_FLUSH (or SYNC_MASTER) the processor returns None and answers from a task once the bytes are durable
+(or replicated), so the connection keeps reading while the group commit gathers other appends.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any
+
+from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.plugins.broker.core import BROKER, BrokerContext
+from pyrmq.plugins.broker.topics import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_READ,
+    PERM_WRITE,
+    RETRY_GROUP_TOPIC_PREFIX,
+    is_writeable,
+    topic_problem,
+)
+from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from pyrmq.store.errors import CorruptRecordError
+from pyrmq.store.format import (
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    BatchEntry,
+    MessageRecord,
+    decode_batch_body,
+    decode_properties,
+)
+from pyrmq.store.results import PutMessageResult, PutMessageStatus
+
+log = logging.getLogger("pyrmq.broker.send")
+
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_WAIT = "WAIT"
+PROPERTY_DELAY = "DELAY"
+
+# PutMessageStatus -> send response code (spec 2.4)
+_PUT_CODE = {
+    PutMessageStatus.PUT_OK: ResponseCode.SUCCESS,
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: ResponseCode.FLUSH_DISK_TIMEOUT,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.MESSAGE_ILLEGAL: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: ResponseCode.MESSAGE_ILLEGAL,
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+}
+
+
+class SendRejected(Exception):
+    """A send refused before the append, with the response code and remark the client gets."""
+
+    def __init__(self, code: int, remark: str) -> None:
+        super().__init__(remark)
+        self.code = code
+        self.remark = remark
+
+
+class SendProcessor:
+    def __init__(self, ctx: BrokerContext) -> None:
+        self.ctx = ctx
+        s = ctx.settings
+        self.ext_common = {"MSG_REGION": s.regionId, "TRACE_ON": "true"}
+        self.sync_flush = s.flushDiskType == "SYNC_FLUSH"
+        self.sync_master = s.brokerRole == "SYNC_MASTER"
+        self.rng = random.Random()
+
+    # -- checks ----------------------------------------------------------------------------------------------
+
+    def check(self, header: SendMessageRequestHeader, born_host: tuple[str, int]) -> tuple[Any, int]:
+        """(topic config, queue id) for a send, or SendRejected (spec 2.4 pre-send checks, 7.3 auto-creation)."""
+        ctx = self.ctx
+        s = ctx.settings
+        if s.brokerRole == "SLAVE":
+            raise SendRejected(ResponseCode.SERVICE_NOT_AVAILABLE, f"the broker[{s.brokerName}] is a slave: sending is not allowed")
+        topic = header.topic
+        problem = topic_problem(topic)
+        if problem:
+            raise SendRejected(ResponseCode.SYSTEM_ERROR, problem)
+        if topic in NOT_ALLOWED_SEND_TOPICS:
+            raise SendRejected(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        config = ctx.topics.get(topic)
+        if not is_writeable(s.brokerPermission) and (config is None or config.order):
+            raise SendRejected(ResponseCode.NO_PERMISSION, f"the broker[{s.brokerIP1}] sending message is forbidden")
+        if config is None:
+            if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+                config = ctx.topics.create_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+            else:
+                config = ctx.topics.create_in_send(topic, header.default_topic, header.default_topic_queue_nums)
+            if config is None:
+                raise SendRejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not is_writeable(config.perm):
+            raise SendRejected(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+        queue_id = header.queue_id
+        limit = max(config.read_queue_nums, config.write_queue_nums)
+        if queue_id >= limit:
+            raise SendRejected(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums: "
+                f"[{config.write_queue_nums}] consumer: [{born_host[0]}]",
+            )
+        if queue_id < 0:
+            queue_id = self.rng.randrange(config.write_queue_nums)
+        return config, queue_id
+
+    def retry_and_dlq(self, header: SendMessageRequestHeader, properties: dict[str, str], queue_id: int) -> tuple[str, int]:
+        """A send to %RETRY%<group> whose reconsume count reached the maximum goes to %DLQ%<group> (spec 7.6)."""
+        topic = header.topic
+        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return topic, queue_id
+        group_name = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        group = self.ctx.groups.find_or_create(group_name)
+        if group is None:
+            raise SendRejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group_name}")
+        max_times = group.retry_max_times
+        if header.max_reconsume_times is not None:
+            max_times = header.max_reconsume_times
+        if (header.reconsume_times or 0) >= max_times:
+            dlq = DLQ_GROUP_TOPIC_PREFIX + group_name
+            self.ctx.topics.create_system_topic(dlq, 1, PERM_READ | PERM_WRITE)
+            properties.pop(PROPERTY_DELAY, None)
+            return dlq, 0
+        return topic, queue_id
+
+    # -- records ---------------------------------------------------------------------------------------------
+
+    def record(
+        self,
+        header: SendMessageRequestHeader,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        properties: dict[str, str],
+        born_host: tuple[str, int],
+        flag: int | None = None,
+    ) -> MessageRecord:
+        properties[PROPERTY_CLUSTER] = self.ctx.settings.brokerClusterName
+        properties.pop(PROPERTY_WAIT, None)  # not stored from 4.9.3 on (spec 5.1)
+        return MessageRecord(
+            topic=topic,
+            queue_id=queue_id,
+            body=body,
+            flag=header.flag if flag is None else flag,
+            properties=properties,
+            sys_flag=header.sys_flag,
+            born_timestamp=header.born_timestamp,
+            born_host=born_host,
+            store_host=self.ctx.store_host,
+            reconsume_times=header.reconsume_times or 0,
+        )
+
+    def redirect_delayed(self, record: MessageRecord) -> MessageRecord:
+        tran = record.sys_flag & TRANSACTION_TYPE_MASK
+        if tran in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return record
+        for scheduler in self.ctx.delay_schedulers:
+            if not scheduler.property_keys.isdisjoint(record.properties):
+                return scheduler.redirect(record) or record
+        return record
+
+    # -- processors ------------------------------------------------------------------------------------------
+
+    async def send(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
+        header = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
+        born_host = connection.remote_address
+        try:
+            if header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE:
+                records, wait, queue_id = self._batch_records(header, request, born_host)
+                result = self.ctx.store.put_messages(records)
+            else:
+                record, wait, queue_id = self._single_record(header, request, born_host)
+                result = self.ctx.store.put_message(record)
+        except SendRejected as exc:
+            return request.make_response(exc.code, exc.remark, dict(self.ext_common))
+        if result.status is PutMessageStatus.PUT_OK and wait and (self.sync_flush or self.sync_master):
+            connection.start_soon(self._answer_when_durable, connection, request, result, queue_id)
+            return None
+        return self._response(request, result, queue_id)
+
+    def _single_record(
+        self, header: SendMessageRequestHeader, request: RemotingCommand, born_host: tuple[str, int]
+    ) -> tuple[MessageRecord, bool, int]:
+        config, queue_id = self.check(header, born_host)
+        properties = decode_properties(header.properties) if header.properties else {}
+        wait = properties.get(PROPERTY_WAIT) != "false"
+        if header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE and self.ctx.settings.rejectTransactionMessage:
+            raise SendRejected(ResponseCode.NO_PERMISSION, f"the broker[{self.ctx.settings.brokerIP1}] sending transaction message is forbidden")
+        topic, target_queue = self.retry_and_dlq(header, properties, queue_id)
+        record = self.record(header, topic, target_queue, request.body_bytes(), properties, born_host)
+        if self.ctx.delay_schedulers:
+            record = self.redirect_delayed(record)
+        # the response names the queue the producer chose (or was given), like RocketMQ's
+        return record, wait, queue_id
+
+    def _batch_records(
+        self, header: SendMessageRequestHeader, request: RemotingCommand, born_host: tuple[str, int]
+    ) -> tuple[list[MessageRecord], bool, int]:
+        if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + header.topic)
+        if header.sys_flag & TRANSACTION_TYPE_MASK:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction messages")
+        config, queue_id = self.check(header, born_host)
+        try:
+            entries: list[BatchEntry] = decode_batch_body(request.body_bytes())
+        except CorruptRecordError as exc:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"the batch body does not decode: {exc}") from None
+        if not entries:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "the batch body is empty")
+        outer = decode_properties(header.properties) if header.properties else {}
+        wait = outer.get(PROPERTY_WAIT) != "false"
+        records = []
+        for entry in entries:
+            properties = decode_properties(entry.properties_bytes) if entry.properties_bytes else {}
+            properties.update(outer)
+            if PROPERTY_DELAY in properties and properties[PROPERTY_DELAY] not in ("", "0"):
+                raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay level")
+            records.append(self.record(header, header.topic, queue_id, entry.body, properties, born_host, flag=entry.flag))
+        return records, wait, queue_id
+
+    async def _answer_when_durable(
+        self, connection: Any, request: RemotingCommand, result: PutMessageResult, queue_id: int
+    ) -> None:
+        end = result.append.end_offset
+        if self.sync_flush and not await self.ctx.store.wait_flushed(end):
+            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        elif self.sync_master:
+            if self.ctx.replicator is None:
+                result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+            else:
+                result.status = await self.ctx.replicator.wait_replicated(end, self.ctx.settings.slaveTimeout / 1000)
+        await connection.send_response(self._response(request, result, queue_id))
+
+    def _response(self, request: RemotingCommand, result: PutMessageResult, queue_id: int) -> RemotingCommand:
+        status = result.status
+        code = _PUT_CODE.get(status, ResponseCode.SYSTEM_ERROR)
+        ext = dict(self.ext_common)
+        append = result.append
+        if append is not None and status.is_ok:
+            ext.update(
+                SendMessageResponseHeader(msg_id=append.msg_id, queue_id=queue_id, queue_offset=append.queue_offset).to_ext_fields()
+            )
+        remark = None if code == ResponseCode.SUCCESS else (result.remark or status.value)
+        return request.make_response(code, remark, ext)
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
+    ctx = kernel.state.find(BROKER)
+    if role != "broker" or ctx is None:
+        return None
+    processor = SendProcessor(ctx)
+    return {
+        RequestCode.SEND_MESSAGE: processor.send,
+        RequestCode.SEND_MESSAGE_V2: processor.send,
+        RequestCode.SEND_BATCH_MESSAGE: processor.send,
+        RequestCode.SEND_REPLY_MESSAGE: processor.send,
+        RequestCode.SEND_REPLY_MESSAGE_V2: processor.send,
+    }
