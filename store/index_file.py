@@ -11,6 +11,7 @@ import logging
 import mmap
 import os
 import time
+from operator import mul
 
 from .config import StoreConfig
 from .dispatch import DispatchRequest
@@ -32,6 +33,8 @@ ENTRY_SIZE = INDEX_ENTRY.size
 INVALID_INDEX = 0
 _POW31 = [pow(31, k, 1 << 32) for k in range(64)]
 _SUFFIX = 12
+_POW31_SUFFIX = pow(31, _SUFFIX, 1 << 32)
+_SUFFIX_POWERS = tuple(pow(31, _SUFFIX - 1 - k, 1 << 32) for k in range(_SUFFIX))
 
 
 def time_millis_to_file_name(ms: int) -> str:
@@ -45,29 +48,35 @@ class KeyHasher:
     their first 20 hex digits, so only the last 12 characters are hashed per message."""
 
     def __init__(self, max_cached: int = 65536) -> None:
-        self._cache: dict[str, int] = {}
+        self._cache: dict[str, dict[str, int]] = {}
+        self._size = 0
         self._max = max_cached
 
     def __call__(self, topic: str, key: str) -> int:
         if len(key) > _SUFFIX and key.isascii():
-            prefix = topic + "#" + key[:-_SUFFIX]
-            h = self._cache.get(prefix)
+            by_topic = self._cache.get(topic)
+            prefix = key[:-_SUFFIX]
+            h = by_topic.get(prefix) if by_topic is not None else None
             if h is None:
-                h = self._remember(prefix)
-            h = (h * _POW31[_SUFFIX] + unsigned_hash(key[-_SUFFIX:])) & 0xFFFFFFFF
+                h = self._remember(topic, prefix)
+            h = (h * _POW31_SUFFIX + sum(map(mul, key[-_SUFFIX:].encode(), _SUFFIX_POWERS))) & 0xFFFFFFFF
         else:
-            prefix = topic + "#"
-            h = self._cache.get(prefix)
+            h = self._cache.get(topic, {}).get("")
             if h is None:
-                h = self._remember(prefix)
+                h = self._remember(topic, "")
             n = len(key) if key.isascii() else len(key.encode("utf-16-le")) // 2
             h = (h * pow(31, n, 1 << 32) + unsigned_hash(key)) & 0xFFFFFFFF
-        return index_key_hash(h)
+        if h & 0x80000000:  # abs() of the signed value; Integer.MIN_VALUE hashes to 0
+            h = (1 << 32) - h
+            return 0 if h == 0x80000000 else h
+        return h
 
-    def _remember(self, prefix: str) -> int:
-        if len(self._cache) >= self._max:
+    def _remember(self, topic: str, prefix: str) -> int:
+        if self._size >= self._max:
             self._cache.clear()
-        h = self._cache[prefix] = unsigned_hash(prefix)
+            self._size = 0
+        self._size += 1
+        h = self._cache.setdefault(topic, {})[prefix] = unsigned_hash(topic + "#" + prefix)
         return h
 
 
@@ -118,7 +127,7 @@ class IndexFile:
         if slot_value <= INVALID_INDEX:
             slot_value = INVALID_INDEX
         begin = self.begin_timestamp
-        if begin <= 0:
+        if count <= 1:
             diff = 0
         else:
             diff = (store_timestamp - begin) // 1000
@@ -278,6 +287,51 @@ class IndexService:
             f = self._writable_file(store_timestamp)
             f.put_key(h, phy_offset, store_timestamp)
 
+    def put_many(self, items: list[tuple[str, str, int, int]]) -> None:
+        """Index ``(topic, key, phy_offset, store_timestamp)`` tuples: :meth:`IndexFile.put_key` inlined."""
+        hasher = self.hasher
+        i = 0
+        n = len(items)
+        while i < n:
+            f = self._writable_file(items[i][3])
+            mm = f.mm
+            slots = f.hash_slot_num
+            entries_at = f._entries_at
+            count = f.index_count
+            room = f.index_num - count
+            chunk = items[i : i + room]
+            begin = f.begin_timestamp
+            slot_count = f.hash_slot_count
+            slot_unpack = INDEX_SLOT.unpack_from
+            slot_pack = INDEX_SLOT.pack_into
+            entry_pack = INDEX_ENTRY.pack_into
+            for topic, key, phy, ts in chunk:
+                h = hasher(topic, key)
+                slot_pos = HEADER_SIZE + (h % slots) * 4
+                slot_value = slot_unpack(mm, slot_pos)[0]
+                if slot_value >= count:
+                    slot_value = f._live_head(slot_value, count)
+                if slot_value <= 0:
+                    slot_value = 0
+                    slot_count += 1
+                if count <= 1:
+                    diff = 0
+                    begin = f.begin_timestamp = ts
+                    f.begin_phy_offset = phy
+                else:
+                    diff = (ts - begin) // 1000
+                    diff = 0 if diff < 0 else (diff if diff < 0x7FFFFFFF else 0x7FFFFFFF)
+                entry_pack(mm, entries_at + count * ENTRY_SIZE, h, phy, diff, slot_value)
+                slot_pack(mm, slot_pos, count)
+                count += 1
+            f.index_count = count
+            f.hash_slot_count = slot_count
+            last = chunk[-1]
+            f.end_phy_offset = last[2]
+            f.end_timestamp = last[3]
+            f._dirty = True
+            i += len(chunk)
+
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Commit-log offsets of candidates for ``topic#key`` stored in ``[begin, end]`` ms, newest first."""
         h = self.hasher(topic, key)
@@ -309,13 +363,21 @@ class IndexService:
 
 
 class IndexDispatcher:
-    """Builds the index: a :class:`~pyrmq.store.dispatch.Dispatcher` with order 10."""
+    """Builds the index: a :class:`~pyrmq.store.dispatch.Dispatcher` with order 10.
+
+    Keys are queued and written in bulk (every 256 records, and before any query, flush or close), which keeps
+    the per-message cost of the append path low; :meth:`drain` makes the index current.
+    """
 
     name = "index"
     order = 10
+    BULK = 256
 
     def __init__(self, service: IndexService) -> None:
         self.service = service
+        self._pending: list[tuple] = []
+        #: offset of the newest record queued or indexed
+        self._last_offset = -1
 
     def dispatch(self, request: DispatchRequest) -> None:
         self.index(request.topic, request.keys, request.uniq_key, request.commit_log_offset,
@@ -325,15 +387,28 @@ class IndexDispatcher:
               sys_flag: int) -> None:
         if (sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
             return
-        service = self.service
-        if offset <= service.end_phy_offset:
+        if offset <= self._last_offset:
             return  # already indexed (recovery replay)
+        self._last_offset = offset
+        pending = self._pending
         if uniq_key:
-            service.put(topic, uniq_key, offset, store_timestamp)
+            pending.append((topic, uniq_key, offset, store_timestamp))
         if keys:
             for key in keys.split(KEY_SEPARATOR):
                 if key:
-                    service.put(topic, key, offset, store_timestamp)
+                    pending.append((topic, key, offset, store_timestamp))
+        if len(pending) >= self.BULK:
+            self.drain()
+
+    def drain(self) -> None:
+        if self._pending:
+            pending, self._pending = self._pending, []
+            self.service.put_many(pending)
 
     def has_dispatched(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, sys_flag: int) -> bool:
-        return commit_log_offset <= self.service.end_phy_offset
+        return commit_log_offset <= self._last_offset
+
+    def sync_with_service(self) -> None:
+        """After recovery changed the index files: restart from what they hold."""
+        self._pending = []
+        self._last_offset = self.service.end_phy_offset

@@ -18,6 +18,8 @@ class MappedFileQueue:
         self.file_size = file_size
         self.files: list[MappedFile] = []
         self._starts: list[int] = []
+        #: the next segment, created (and warmed) ahead of need; not part of ``files`` until used
+        self.spare: MappedFile | None = None
 
     # -- loading -----------------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -53,10 +55,31 @@ class MappedFileQueue:
         return self.files[0] if self.files else None
 
     def create_file(self, start_offset: int) -> MappedFile:
+        spare = self.spare
+        if spare is not None:
+            self.spare = None
+            if spare.file_from_offset == start_offset and not spare.closed:
+                self._add(spare)
+                return spare
+            spare.destroy()
         os.makedirs(self.directory, exist_ok=True)
         mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size)
         self._add(mf)
         return mf
+
+    def prepare_next(self) -> MappedFile | None:
+        """Create the segment after the last one ahead of time (Java ``AllocateMappedFileService``)."""
+        last = self.last
+        if last is None or self.spare is not None:
+            return None
+        start = last.file_from_offset + self.file_size
+        self.spare = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size)
+        return self.spare
+
+    def drop_spare(self) -> None:
+        if self.spare is not None:
+            self.spare.destroy()
+            self.spare = None
 
     def last_file_for_append(self, start_offset: int = 0) -> MappedFile:
         """The segment to append into, creating the next one when the last is full (or none exists)."""
@@ -107,6 +130,7 @@ class MappedFileQueue:
     # -- truncation / deletion ---------------------------------------------------------------------------------
     def truncate(self, offset: int) -> None:
         """Drop everything at and after ``offset``: later segments are deleted, the one holding it is cleared."""
+        self.drop_spare()
         keep: list[MappedFile] = []
         for mf in self.files:
             if mf.file_from_offset + self.file_size <= offset:
@@ -130,6 +154,7 @@ class MappedFileQueue:
         return removed
 
     def destroy(self) -> None:
+        self.drop_spare()
         for mf in self.files:
             mf.destroy()
         self.files = []
@@ -140,5 +165,6 @@ class MappedFileQueue:
             pass
 
     def close(self) -> None:
+        self.drop_spare()  # an unused spare would only be an empty segment for the next recovery to remove
         for mf in self.files:
             mf.close()

@@ -103,6 +103,10 @@ class _CommitLogFlushTarget:
         flushed = self.commit_log.queue.flush()
         if ts:
             self.checkpoint.physic_msg_timestamp = ts
+        # segments that are complete and durable leave the resident set (they stay in the page cache)
+        for mf in self.commit_log.queue.files[:-1]:
+            if not mf.released and mf.flushed_position >= mf.file_size:
+                mf.release_pages()
         return flushed
 
 
@@ -201,6 +205,7 @@ class MessageStore:
                 log.warning("consume queue %s/%d: dropped %d units beyond the commit log", cq.topic, cq.queue_id, dropped)
             cq.correct_min_offset(min_phy)
         self.index.truncate(max_phy)
+        self.index_dispatcher.sync_with_service()
         table = self.commit_log.topic_queue_table
         for key, cq in self.consume_queues.table.items():
             table[key] = cq.max_offset
@@ -214,6 +219,7 @@ class MessageStore:
             self.commit_log, self.dispatchers, start, only_missing=True, resolver=self.tags_code_resolver,
             recovering=True, queue_dispatcher=self.queue_dispatcher,
         )
+        self.index_dispatcher.drain()
         if n:
             log.info("recovery re-dispatched %d records from offset %d", n, start)
         self.recovery_report = report
@@ -247,13 +253,30 @@ class MessageStore:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.flush_policy.run, self._flush_target)
             nursery.start_soon(self._flush_logics_loop)
+            if self.config.warm_mapped_file_enable:
+                nursery.start_soon(self._warm_loop)
             await nursery.start(self.retention.run)
             task_status.started()
+
+    async def _warm_loop(self) -> None:
+        """Keep the segment being written and the next one allocated and pre-faulted (in worker threads)."""
+        queue = self.commit_log.queue
+        while True:
+            cur = self.commit_log._current
+            if cur is not None and not cur.warmed and not cur.closed:
+                await trio.to_thread.run_sync(cur.warm, self.config.os_page_size)
+            cur = self.commit_log._current
+            if cur is not None and cur.wrote_position >= cur.file_size // 4 and queue.spare is None:
+                spare = queue.prepare_next()
+                if spare is not None:
+                    await trio.to_thread.run_sync(spare.warm, self.config.os_page_size)
+            await trio.sleep(0.05)
 
     async def _flush_logics_loop(self) -> None:
         interval = self.config.flush_interval_consume_queue / 1000
         while True:
             await trio.sleep(interval)
+            self.index_dispatcher.drain()  # on the loop thread: index writes never race with appends
             await trio.to_thread.run_sync(self._flush_logics, self._dispatched_timestamp())
 
     def _dispatched_timestamp(self) -> int:
@@ -272,7 +295,9 @@ class MessageStore:
             cp.flush()
 
     def flush_all(self) -> None:
-        """Blocking: make everything durable now (commit log, consume queues, index, checkpoint)."""
+        """Blocking: make everything durable now (commit log, consume queues, index, checkpoint). Call it from
+        the thread that appends (or with appends stopped)."""
+        self.index_dispatcher.drain()
         ts = self._dispatched_timestamp()
         if self._flush_target is not None:
             self._flush_target.flush()
@@ -302,6 +327,7 @@ class MessageStore:
         """:meth:`close` with the final flush in a worker thread."""
         if self._loaded and not self._closed:
             self._unavailable = "store closing"
+            self.index_dispatcher.drain()
             await trio.to_thread.run_sync(self.flush_all)
         self.close()
 
@@ -468,6 +494,7 @@ class MessageStore:
             cl, self.dispatchers, start, only_missing=True, resolver=self.tags_code_resolver,
             queue_dispatcher=self.queue_dispatcher,
         )
+        self.index_dispatcher.drain()
         return True
 
     # -- reads -------------------------------------------------------------------------------------------------
@@ -569,6 +596,7 @@ class MessageStore:
         """Records of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``, stored in [begin, end] ms
         (QUERY_MESSAGE). Index candidates are checked against the record, so hash collisions are filtered out."""
         max_num = min(max_num, MAX_QUERY_NUM)
+        self.index_dispatcher.drain()
         result = QueryMessageResult(
             index_last_update_timestamp=self.index.last_update_timestamp,
             index_last_update_phyoffset=self.index.end_phy_offset,
