@@ -1,0 +1,113 @@
+import os
+import struct
+
+from pyrmq.store import MessageRecord, PutMessageStatus, decode_messages
+from pyrmq.store.format import BLANK_MAGIC_CODE
+
+from .conftest import SEGMENT, read_all, record
+
+
+def test_segments_roll_over_with_blank_padding(store, config):
+    results = [store.put_message(record(body=bytes([i % 251]) * 1000, TAGS="t")) for i in range(150)]
+    assert all(r.status is PutMessageStatus.PUT_OK for r in results)
+    names = sorted(os.listdir(config.commit_log_dir))
+    assert names[:3] == ["00000000000000000000", "00000000000000065536", "00000000000000131072"]
+    # the last record of the first segment is followed by an 8-byte BLANK: (bytes left, 0xCBD43194)
+    first_roll = next(i for i, r in enumerate(results) if r.append.wrote_offset >= SEGMENT)
+    last_in_first = results[first_roll - 1].append
+    with open(os.path.join(config.commit_log_dir, names[0]), "rb") as f:
+        data = f.read()
+    blank_at = last_in_first.end_offset
+    left, magic = struct.unpack_from(">iI", data, blank_at)
+    assert magic == BLANK_MAGIC_CODE and left == SEGMENT - blank_at
+    assert SEGMENT - blank_at < last_in_first.wrote_bytes + 8
+    assert results[first_roll].append.wrote_offset == SEGMENT  # the next record starts the next segment
+    msgs = read_all(store, "TopicTest", 0)
+    assert [m.queue_offset for m in msgs] == list(range(150))
+    assert [m.body[0] for m in msgs] == [i % 251 for i in range(150)]
+    assert all(m.crc_ok() and m.commit_log_offset == r.append.wrote_offset for m, r in zip(msgs, results))
+
+
+def test_queue_offsets_count_per_topic_and_queue(store):
+    offsets = [store.put_message(record(topic=t, queue_id=q)).append.queue_offset
+               for t, q in [("A", 0), ("A", 1), ("A", 0), ("B", 0), ("A", 0), ("B", 0)]]
+    assert offsets == [0, 0, 1, 0, 2, 1]
+    assert store.get_max_offset_in_queue("A", 0) == 3
+    assert store.get_max_offset_in_queue("B", 0) == 2
+    assert store.get_max_offset_in_queue("C", 0) == 0
+
+
+def test_stored_record_fields(store):
+    r = store.put_message(record(body=b"xyz", TAGS="TagA", KEYS="k1 k2"))
+    msg = store.look_message_by_offset(r.append.wrote_offset)
+    assert msg.body == b"xyz" and msg.topic == "TopicTest"
+    assert msg.born_host == ("10.0.0.7", 50123) and msg.store_host == ("127.0.0.1", 10911)
+    assert msg.store_timestamp == r.append.store_timestamp
+    assert msg.msg_id == r.append.msg_id
+    assert msg.properties == {"TAGS": "TagA", "KEYS": "k1 k2"}
+    raw = store.look_message_bytes_by_offset(r.append.wrote_offset)
+    assert bytes(raw) == msg.encode()
+    assert store.look_message_by_offset(r.append.wrote_offset + 1) is None
+    assert store.look_message_by_offset(r.append.wrote_offset, size=r.append.wrote_bytes + 1) is None
+
+
+def test_batch_gets_consecutive_queue_offsets_in_one_call(store):
+    store.put_message(record())
+    batch = [MessageRecord("TopicTest", 0, f"m{i}".encode(), properties={"UNIQ_KEY": f"U{i}"}) for i in range(40)]
+    r = store.put_messages(batch)
+    assert r.status is PutMessageStatus.PUT_OK
+    assert r.append.queue_offset == 1 and r.append.msg_num == 40
+    ids = r.append.msg_id.split(",")
+    assert len(ids) == 40
+    msgs = read_all(store, "TopicTest", 0)
+    assert [m.queue_offset for m in msgs] == list(range(41))
+    assert [m.msg_id for m in msgs[1:]] == ids
+    assert [m.body for m in msgs[1:]] == [f"m{i}".encode() for i in range(40)]
+
+
+def test_batch_rules(store):
+    mixed = [MessageRecord("A", 0, b"1"), MessageRecord("B", 0, b"2")]
+    assert store.put_messages(mixed).status is PutMessageStatus.MESSAGE_ILLEGAL
+    tx = [MessageRecord("A", 0, b"1", sys_flag=0x4)]
+    assert store.put_messages(tx).status is PutMessageStatus.MESSAGE_ILLEGAL
+    delayed = [MessageRecord("A", 0, b"1", properties={"DELAY": "3"})]
+    assert store.put_messages(delayed).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.max_phy_offset == 0
+
+
+def test_limits_are_rejected_with_clear_status_and_nothing_written(config, tmp_path):
+    from pyrmq.store import MessageStore
+    from .conftest import small_config
+
+    s = MessageStore(small_config(tmp_path / "s", max_message_size=1000))
+    s.load()
+    try:
+        r = s.put_message(record(body=b"x" * 1001))
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "maxMessageSize" in r.remark
+        r = s.put_message(record(topic="T" * 128))
+        assert r.status is PutMessageStatus.MESSAGE_ILLEGAL and "topic" in r.remark
+        r = s.put_message(record(BIG="v" * 33000))
+        assert r.status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+        assert s.max_phy_offset == 0
+        ok = s.put_message(record(body=b"x" * 1000))
+        assert ok.status is PutMessageStatus.PUT_OK and ok.append.queue_offset == 0
+    finally:
+        s.close()
+
+
+def test_transaction_prepared_records_take_no_queue_offset(store):
+    half = store.put_message(MessageRecord("T", 0, b"half", sys_flag=0x4))
+    assert half.append.queue_offset == 0
+    normal = store.put_message(MessageRecord("T", 0, b"n"))
+    assert normal.append.queue_offset == 0
+    assert [m.body for m in read_all(store, "T", 0)] == [b"n"]
+    assert store.look_message_by_offset(half.append.wrote_offset).body == b"half"
+
+
+def test_pre_encoded_properties_are_stored_verbatim(store):
+    raw = b"TAGS\x01TagB\x02UNIQ_KEY\x01ABC\x02"  # trailing separator as some clients send it
+    r = store.put_message(MessageRecord("T", 0, b"b", properties_bytes=raw))
+    msg = store.look_message_by_offset(r.append.wrote_offset)
+    assert msg.properties_bytes == raw and msg.tags == "TagB"
+    g = store.get_message("g", "T", 0, 0, 1)
+    assert decode_messages(g.body())[0].uniq_key == "ABC"

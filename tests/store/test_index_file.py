@@ -1,0 +1,64 @@
+import os
+
+from pyrmq.store import MessageRecord, MessageStore, decode_messages
+
+from .conftest import record, small_config
+
+
+def _keys(result):
+    return [m.body for m in decode_messages(result.body())]
+
+
+def test_query_by_keys_and_unique_key(store):
+    store.put_message(record(body=b"1", KEYS="order-1 user-9", UNIQ_KEY="AAAA00000000000000000001"))
+    store.put_message(record(body=b"2", KEYS="order-2", UNIQ_KEY="AAAA00000000000000000002"))
+    store.put_message(record(topic="Other", body=b"3", KEYS="order-1"))
+    everything = (0, 2**62)
+    assert _keys(store.query_message("TopicTest", "order-1", 32, *everything)) == [b"1"]
+    assert _keys(store.query_message("TopicTest", "user-9", 32, *everything)) == [b"1"]
+    assert _keys(store.query_message("TopicTest", "AAAA00000000000000000002", 32, *everything)) == [b"2"]
+    assert _keys(store.query_message("Other", "order-1", 32, *everything)) == [b"3"]
+    assert _keys(store.query_message("TopicTest", "missing", 32, *everything)) == []
+
+
+def test_chains_survive_collisions_and_files_roll_when_full(tmp_path):
+    cfg = small_config(tmp_path, max_hash_slot_num=4, max_index_num=50, mapped_file_size_commit_log=1 << 20)
+    s = MessageStore(cfg)
+    s.load()
+    try:
+        for i in range(120):
+            s.put_message(record(body=str(i).encode(), KEYS=f"k{i % 7}"))
+        got = _keys(s.query_message("TopicTest", "k3", 64, 0, 2**62))
+        names = sorted(os.listdir(cfg.index_dir))
+        assert len(names) == 3 and all(len(n) == 17 and n.isdigit() for n in names)
+        assert sorted(got, key=int) == [str(i).encode() for i in range(120) if i % 7 == 3]
+        assert len(_keys(s.query_message("TopicTest", "k3", 5, 0, 2**62))) == 5
+    finally:
+        s.close()
+    s = MessageStore(cfg)
+    s.load()
+    try:
+        got = _keys(s.query_message("TopicTest", "k5", 64, 0, 2**62))
+        assert sorted(got, key=int) == [str(i).encode() for i in range(120) if i % 7 == 5]
+    finally:
+        s.close()
+
+
+def test_time_range_limits_the_query(tmp_path):
+    now = [10_000_000]
+    s = MessageStore(small_config(tmp_path), clock=lambda: now[0])
+    s.load()
+    try:
+        for i in range(5):
+            now[0] = 10_000_000 + i * 10_000
+            s.put_message(record(body=str(i).encode(), KEYS="same"))
+        got = _keys(s.query_message("TopicTest", "same", 32, 10_010_000, 10_030_000))
+        assert sorted(got) == [b"1", b"2", b"3"]
+    finally:
+        s.close()
+
+
+def test_rollback_records_are_not_indexed(store):
+    store.put_message(MessageRecord("T", 0, b"rb", sys_flag=0xC, properties={"KEYS": "x"}))
+    store.put_message(MessageRecord("T", 0, b"ok", properties={"KEYS": "x"}))
+    assert _keys(store.query_message("T", "x", 32, 0, 2**62)) == [b"ok"]
