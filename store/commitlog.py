@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 
 _crc32 = zlib.crc32
 _SHORT_pack_into = SHORT.pack_into
+_INT_pack_into = INT.pack_into
 
 
 class AppendRejected(Exception):
@@ -192,8 +193,10 @@ class CommitLog:
         pos = mf.wrote_position
         phys = mf.file_from_offset + pos
         now = self.clock()
+        # TOTALSIZE is written last: a record a crash interrupted reads as "no record" (size 0), so recovery
+        # moves its bytes aside instead of trusting a half-written tail that the body CRC does not cover
         st.pack_into(
-            mm, pos, size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, rec.flag, queue_offset, phys,
+            mm, pos, 0, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, rec.flag, queue_offset, phys,
             sys_flag, rec.born_timestamp, born_ip, born_port, now, store_ip, store_port, rec.reconsume_times,
             rec.prepared_transaction_offset, body_len,
         )
@@ -206,6 +209,7 @@ class CommitLog:
         _SHORT_pack_into(mm, p, props_len)
         p += 2
         mm[p : p + props_len] = props
+        _INT_pack_into(mm, pos, size)
         mf.wrote_position = pos + size
         mf.store_timestamp = now
         if key is not None:
@@ -257,7 +261,7 @@ class CommitLog:
         queue_offset = first_qoff = self.topic_queue_table.get(key, 0)
         mf = self._segment_for(total)
         mm = mf.mm
-        pos = mf.wrote_position
+        pos = first_pos = mf.wrote_position
         base = mf.file_from_offset
         first_phys = base + pos
         now = self.clock()
@@ -271,7 +275,7 @@ class CommitLog:
             body_len = len(body)
             phys = base + pos
             pack_into(
-                mm, pos, size, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, rec.flag, queue_offset, phys,
+                mm, pos, size if pos != first_pos else 0, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, rec.flag, queue_offset, phys,
                 sys_flag, born_ts, born_ip, born_port, now, store_ip, store_port, reconsume, 0, body_len,
             )
             p = pos + hsize
@@ -286,6 +290,8 @@ class CommitLog:
             append((phys, size, queue_offset, props))
             pos += size
             queue_offset += 1
+        # the first record's TOTALSIZE goes last: a batch a crash interrupted is all-or-nothing for recovery
+        _INT_pack_into(mm, first_pos, encoded[0][2])
         mf.wrote_position = pos
         mf.store_timestamp = now
         self.topic_queue_table[key] = queue_offset

@@ -603,7 +603,11 @@ class MessageStore:
         )
         if max_num <= 0:
             return result
+        seen = set()
         for phy in self.index.query(topic, key, max_num * 2, begin, end):
+            if phy in seen:
+                continue  # a key that is both a KEYS entry and the UNIQ_KEY is indexed twice
+            seen.add(phy)
             view = self.commit_log.get_record(phy)
             if view is None:
                 continue
