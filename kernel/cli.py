@@ -98,8 +98,6 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["broker.listenPort"] = args.port
     bundle = bundle.with_overrides(overrides)
-    if bundle.namesrv is not None and bundle.broker is not None and not bundle.broker.namesrvAddr:
-        bundle = bundle.with_overrides({"broker.namesrvAddr": f"127.0.0.1:{bundle.namesrv.listenPort}"})
     return _serve_bundle(bundle, args)
 
 

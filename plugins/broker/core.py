@@ -162,6 +162,9 @@ class BrokerContext:
         port = int(addr.rpartition(":")[2])
         self.store_host = (self.settings.brokerIP1, port)
         self.registration.broker_addr = f"{self.settings.brokerIP1}:{port}"
+        if not self.registration.namesrv_addresses and "namesrv" in self.kernel.bundle.roles:
+            # an embedded name server (pyrmq dev) is the default when namesrvAddr is empty
+            self.registration.namesrv_addresses = [await self.kernel.wait_listening("namesrv")]
         self.started = True
         await self.registration.run()
 

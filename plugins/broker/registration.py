@@ -28,6 +28,8 @@ class NameServerRegistration:
         self.topic_wrapper = topic_wrapper  # () -> TopicConfigSerializeWrapper dict
         #: ``brokerIP1:port`` registered (the real port once the listener is up)
         self.broker_addr = settings.broker_addr
+        #: name servers to register with (namesrvAddr; the embedded one in `pyrmq dev`)
+        self.namesrv_addresses = settings.namesrv_addresses
         self._wakeup = trio.Event()
         #: HA address of the master learned from registration (slaves)
         self.master_addr = ""
@@ -76,7 +78,7 @@ class NameServerRegistration:
             self.master_ha_addr = response.ext_fields.get("haServerAddr", "") or self.master_ha_addr
 
         async with trio.open_nursery() as nursery:
-            for addr in self.settings.namesrv_addresses:
+            for addr in self.namesrv_addresses:
                 nursery.start_soon(one, addr)
         return accepted
 
@@ -85,7 +87,7 @@ class NameServerRegistration:
         self._wakeup.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        if not self.settings.namesrv_addresses:
+        if not self.namesrv_addresses:
             log.warning("broker %s has no namesrvAddr: clients cannot find it", self.settings.brokerName)
             task_status.started()
             return
@@ -109,7 +111,7 @@ class NameServerRegistration:
             cluster_name=self.settings.brokerClusterName,
             broker_id=self.settings.brokerId,
         )
-        for addr in self.settings.namesrv_addresses:
+        for addr in self.namesrv_addresses:
             try:
                 with trio.move_on_after(3):
                     await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header.to_ext_fields()))
