@@ -18,7 +18,7 @@ ZERO_CHUNK = bytes(1 << 20)
 
 MADV_DONTNEED = 4
 MADV_POPULATE_WRITE = 23  # Linux >= 5.14
-_WARM_CHUNK = 8 << 20
+_WARM_CHUNK = 2 << 20
 
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
@@ -70,7 +70,8 @@ class MappedFile:
             raise
         self.view = memoryview(self.mm)
         self.address = _address(self.mm) if _madvise is not None else 0
-        self.warmed = False
+        #: bytes pre-faulted so far (from the start of the file)
+        self.warmed = 0
         self.released = False
         self.wrote_position = 0
         self.flushed_position = 0
@@ -126,24 +127,24 @@ class MappedFile:
             self.flushed_position = max(self.flushed_position, target)
         return self.flushed_position
 
-    def warm(self, page_size: int = 4096) -> None:
-        """Blocking, for a worker thread: allocate the file's blocks and pre-fault its pages from the wrote
-        position on (Java ``warmMappedFile``), so appends do not pay for block allocation and page faults (on a
-        sparse file those halve the append rate). ``fallocate`` and the ctypes ``madvise`` release the GIL."""
-        self.warmed = True
-        start = self.wrote_position - self.wrote_position % page_size
-        try:
-            os.posix_fallocate(self.fd, start, self.file_size - start)
-        except OSError:
-            pass
-        if _madvise is None:
-            return
-        pos = start
-        while pos < self.file_size and not self._closed:
-            n = min(_WARM_CHUNK, self.file_size - pos)
-            if _madvise(self.address + pos, n, MADV_POPULATE_WRITE) != 0:
-                return  # old kernel: fallocate alone still saves the block allocation
-            pos += n
+    def warm(self, until: int | None = None, page_size: int = 4096) -> None:
+        """Blocking, for a worker thread: allocate blocks and pre-fault pages from where the last warm stopped up to
+        ``until`` (Java ``warmMappedFile``), so appends do not pay for block allocation and page faults (on a
+        sparse file those halve the append rate). ``fallocate`` and the ctypes ``madvise`` release the GIL. Done in
+        small steps ahead of the writer: one call over a whole 1 GiB segment would hold the file's locks and stall
+        the appends' own page faults."""
+        start = max(self.warmed, self.wrote_position - self.wrote_position % page_size)
+        end = self.file_size if until is None else min(self.file_size, until)
+        while start < end and not self._closed:
+            n = min(_WARM_CHUNK, end - start)
+            try:
+                os.posix_fallocate(self.fd, start, n)
+            except OSError:
+                pass
+            if _madvise is not None:
+                _madvise(self.address + start, n, MADV_POPULATE_WRITE)
+            start += n
+            self.warmed = start
 
     def release_pages(self) -> None:
         """Drop this (flushed, no longer written) segment's pages from the process's resident set; they stay in

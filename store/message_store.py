@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 #: Java caps QUERY_MESSAGE at ``maxMsgsNumBatch`` = 64
 MAX_QUERY_NUM = 64
+#: how far ahead of the commit-log writer the warm-up service pre-faults
+WARM_AHEAD = 64 * 1024 * 1024
 
 
 def now_ms() -> int:
@@ -259,18 +261,21 @@ class MessageStore:
             task_status.started()
 
     async def _warm_loop(self) -> None:
-        """Keep the segment being written and the next one allocated and pre-faulted (in worker threads)."""
+        """Keep the commit log pre-faulted ``WARM_AHEAD`` bytes ahead of the writer and the next segment created
+        and started ahead of need (worker threads; small steps so appends never wait on the warm-up)."""
         queue = self.commit_log.queue
+        ahead = min(WARM_AHEAD, self.config.mapped_file_size_commit_log)
+        page = self.config.os_page_size
         while True:
             cur = self.commit_log._current
-            if cur is not None and not cur.warmed and not cur.closed:
-                await trio.to_thread.run_sync(cur.warm, self.config.os_page_size)
+            if cur is not None and not cur.closed and cur.warmed < min(cur.file_size, cur.wrote_position + ahead):
+                await trio.to_thread.run_sync(cur.warm, cur.wrote_position + ahead, page)
             cur = self.commit_log._current
-            if cur is not None and cur.wrote_position >= cur.file_size // 4 and queue.spare is None:
-                spare = queue.prepare_next()
-                if spare is not None:
-                    await trio.to_thread.run_sync(spare.warm, self.config.os_page_size)
-            await trio.sleep(0.05)
+            if cur is not None and cur.wrote_position + ahead >= cur.file_size:
+                spare = queue.spare or queue.prepare_next()
+                if spare is not None and spare.warmed < ahead:
+                    await trio.to_thread.run_sync(spare.warm, ahead, page)
+            await trio.sleep(0.01)
 
     async def _flush_logics_loop(self) -> None:
         interval = self.config.flush_interval_consume_queue / 1000

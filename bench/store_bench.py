@@ -1,0 +1,203 @@
+"""Store benchmark: append (single and 32 per call) and read back through the consume queue.
+
+Prints msgs/s and MB/s next to a raw Python mmap append of the same record bytes measured in the same run, and
+resident memory from /proc/self/status. Never asserted anywhere.
+
+    python bench/store_bench.py [--count N] [--sizes 100,1024] [--no-index]
+
+Messages carry TAGS and a 32-hex-digit UNIQ_KEY like a Java producer's, as a pre-encoded properties string (what
+the broker receives in the send header), so every message also gets a consume-queue unit and an index entry.
+The store runs its services (flush every 500 ms, segment warm-up) under trio while the loop appends and yields to
+them every 1000 messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import mmap
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import zlib
+
+import trio
+
+from pyrmq.store import MessageRecord, MessageStore, StoreConfig, encode_properties
+from pyrmq.store.format import HEADER
+
+SEGMENT = 1024 * 1024 * 1024
+
+
+def mem() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM", "RssAnon", "RssFile"):
+                out[key] = int(value.split()[0]) // 1024  # MiB
+    return out
+
+
+def fmt_mem(m: dict[str, int]) -> str:
+    return " ".join(f"{k}={v}MiB" for k, v in m.items())
+
+
+def records(size: int, topic: str = "BenchTopic", n: int = 1024, queue_id=None) -> list[MessageRecord]:
+    body = os.urandom(size)
+    out = []
+    for i in range(n):
+        props = {"TAGS": "TagA", "UNIQ_KEY": "7F0000010FA318B4AAC2%012X" % i, "WAIT": "true"}
+        out.append(MessageRecord(topic, i % 8 if queue_id is None else queue_id, body, properties=props,
+                                 properties_bytes=encode_properties(props).encode(), born_timestamp=1,
+                                 born_host=("10.0.0.2", 50000), store_host=("10.0.0.1", 10911)))
+    return out
+
+
+def raw_mmap_rate(dirpath: str, size: int, count: int, prefault: bool) -> float:
+    """Records/s of the same bytes (header packed + body + tail) appended into a bare mmap."""
+    rec_len = HEADER.size + size + 1 + 10 + 2 + 60
+    total = min(rec_len * count, SEGMENT)
+    path = os.path.join(dirpath, "raw")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    os.ftruncate(fd, total)
+    mm = mmap.mmap(fd, total)
+    if prefault:
+        os.posix_fallocate(fd, 0, total)
+        try:
+            mm.madvise(23)  # MADV_POPULATE_WRITE
+        except OSError:
+            pass
+    body = os.urandom(size)
+    tail = bytes(1 + 10 + 2 + 60)
+    pos = 0
+    n = 0
+    pack = HEADER.pack_into
+    t0 = time.perf_counter()
+    while pos + rec_len <= total:
+        pack(mm, pos, rec_len, 0xDAA320A7, zlib.crc32(body) & 0x7FFFFFFF, 0, 0, n, pos, 0, 1, b"\n\0\0\2", 1,
+             2, b"\n\0\0\1", 2, 0, 0, size)
+        p = pos + HEADER.size
+        mm[p : p + size] = body
+        mm[p + size : p + size + len(tail)] = tail
+        pos += rec_len
+        n += 1
+    dt = time.perf_counter() - t0
+    mm.close()
+    os.close(fd)
+    os.unlink(path)
+    return n / dt
+
+
+class Progress:
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.next, self.t0 = label, total, total // 10, time.perf_counter()
+
+    def update(self, done: int) -> None:
+        if done >= self.next and sys.stderr.isatty() or done >= self.next and self.total >= 500_000:
+            rate = done / max(time.perf_counter() - self.t0, 1e-9)
+            sys.stderr.write(f"\r  {self.label}: {done:,}/{self.total:,} ({rate:,.0f}/s)   ")
+            sys.stderr.flush()
+            self.next += self.total // 10
+        if done >= self.total:
+            sys.stderr.write("\r" + " " * 70 + "\r")
+
+
+async def run_size(size: int, count: int, index: bool, rows: list) -> None:
+    root = tempfile.mkdtemp(prefix="pyrmq-bench-", dir=os.environ.get("BENCH_DIR"))
+    cfg = StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=SEGMENT, message_index_enable=index)
+    store = MessageStore(cfg)
+    store.load()
+    m0 = mem()
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            await trio.sleep(0.2)  # let the warm-up service prepare the first segment
+            recs = records(size)
+            rec_bytes = store.put_message(recs[0]).append.wrote_bytes
+            put = store.put_message
+            prog = Progress(f"{size} B single", count)
+            t0 = time.perf_counter()
+            for i in range(count):
+                put(recs[i & 1023])
+                if i % 1000 == 999:
+                    await trio.sleep(0)
+                    prog.update(i + 1)
+            single = count / (time.perf_counter() - t0)
+            prog.update(count)
+
+            batch_recs = records(size, queue_id=8)
+            batches = [batch_recs[j : j + 32] for j in range(0, 1024, 32)]
+            put_batch = store.put_messages
+            prog = Progress(f"{size} B batch", count)
+            t0 = time.perf_counter()
+            n = 0
+            i = 0
+            while n < count:
+                put_batch(batches[i & 31])
+                n += 32
+                i += 1
+                if i % 32 == 0:
+                    await trio.sleep(0)
+                    prog.update(n)
+            batch = n / (time.perf_counter() - t0)
+            prog.update(count)
+
+            prog = Progress(f"{size} B read", count)
+            t0 = time.perf_counter()
+            read = 0
+            for q in range(8):
+                offset = 0
+                while True:
+                    r = store.get_message("bench", "BenchTopic", q, offset, 32)
+                    if not r.buffers:
+                        break
+                    read += len(r.buffers)
+                    offset = r.next_begin_offset
+                    if read % 3200 == 0:
+                        await trio.sleep(0)
+                        prog.update(read)
+            read_rate = read / (time.perf_counter() - t0)
+            prog.update(count)
+            m1 = mem()
+            nursery.cancel_scope.cancel()
+        await store.aclose()
+        m2 = mem()
+        raw_sparse = raw_mmap_rate(root, size, count, prefault=False)
+        raw_warm = raw_mmap_rate(root, size, count, prefault=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    mb = rec_bytes / 1e6
+    rows.append((size, rec_bytes, single, batch, read_rate, read, raw_sparse, raw_warm, m0, m1, m2, mb))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--count", type=int, default=1_000_000, help="messages per size and mode (default 1,000,000)")
+    ap.add_argument("--sizes", default="100,1024")
+    ap.add_argument("--no-index", action="store_true", help="disable the key index (message_index_enable=False)")
+    args = ap.parse_args()
+    rows: list = []
+    print(f"pyrmq store bench: {args.count:,} messages per size, 1 GiB segments, ASYNC_FLUSH, "
+          f"index {'off' if args.no_index else 'on (TAGS + UNIQ_KEY per message)'}, python {sys.version.split()[0]}")
+    print(f"memory at start: {fmt_mem(mem())}")
+    for size in (int(s) for s in args.sizes.split(",")):
+        trio.run(run_size, size, args.count, not args.no_index, rows)
+    print()
+    print("| body | record | mode | msgs/s | MB/s | raw mmap msgs/s (sparse / pre-faulted) | ratio vs raw (sparse / pre-faulted) |")
+    print("|---|---|---|---|---|---|---|")
+    for size, rb, single, batch, read, nread, raw_s, raw_w, m0, m1, m2, mb in rows:
+        for mode, rate in (("append", single), ("batch append x32", batch), ("read via CQ", read)):
+            print(f"| {size} B | {rb} B | {mode} | {rate:,.0f} | {rate * mb:,.1f} | {raw_s:,.0f} / {raw_w:,.0f} | "
+                  f"{rate / raw_s:.2f} / {rate / raw_w:.2f} |")
+    print()
+    for size, *_rest, m0, m1, m2, _mb in rows:
+        print(f"{size} B memory: before {fmt_mem(m0)} | after writes+reads {fmt_mem(m1)} | after close {fmt_mem(m2)}")
+    print("(RssFile = mapped commit-log pages; complete, flushed segments are dropped from the resident set with "
+          "MADV_DONTNEED. RssAnon = Python heap.)")
+
+
+if __name__ == "__main__":
+    main()
