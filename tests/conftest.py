@@ -37,6 +37,10 @@ def start_role(nursery: trio.Nursery, tmp_path) -> Callable[..., Any]:
         if bundle.broker is not None:
             defaults["broker.listenPort"] = 0
             defaults["broker.storePathRootDir"] = str(tmp_path / f"store-{len(kernels)}")
+            # small files keep tests quick (a 1 GiB segment and a 420 MB index are what production uses)
+            defaults["broker.mappedFileSizeCommitLog"] = 16 * 1024 * 1024
+            defaults["broker.maxHashSlotNum"] = 50_000
+            defaults["broker.maxIndexNum"] = 200_000
         defaults.update(overrides or {})
         kernel = build_kernel(bundle.with_overrides(defaults), extra_plugins=extra_plugins, entry_points=False)
         await nursery.start(serve_kernel, kernel)

@@ -105,15 +105,21 @@ class NameServerRegistration:
                 deadline = trio.current_time() + period
 
     async def unregister_all(self) -> None:
+        """UNREGISTER_BROKER to every name server; at shutdown, so through a client of its own (the service
+        nursery is gone by then), at most 3 s per name server."""
+        from pyrmq.remoting.client import RemotingClient
+
         header = UnRegisterBrokerRequestHeader(
             broker_name=self.settings.brokerName,
             broker_addr=self.broker_addr,
             cluster_name=self.settings.brokerClusterName,
             broker_id=self.settings.brokerId,
         )
-        for addr in self.namesrv_addresses:
-            try:
-                with trio.move_on_after(3):
-                    await self.client.invoke(addr, RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header.to_ext_fields()))
-            except RemotingError as exc:
-                log.info("unregister from %s failed: %s", addr, exc)
+        async with RemotingClient() as client:
+            for addr in self.namesrv_addresses:
+                try:
+                    with trio.move_on_after(3):
+                        request = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header.to_ext_fields())
+                        await client.invoke(addr, request)
+                except RemotingError as exc:
+                    log.info("unregister from %s failed: %s", addr, exc)
