@@ -16,7 +16,10 @@ raises ``RemotingCommandError(code, remark)`` instead.
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
+import socket
 from collections.abc import Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -40,6 +43,31 @@ def parse_address(addr: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)
+
+
+async def open_socket(host: str, port: int) -> socket.socket:
+    """A connected, non-blocking TCP socket with TCP_NODELAY (addresses tried in getaddrinfo order)."""
+    infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error: OSError | None = None
+    for family, type_, proto, _, sockaddr in infos:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            err = sock.connect_ex(sockaddr)
+            if err in (errno.EINPROGRESS, errno.EWOULDBLOCK, errno.EAGAIN):
+                await trio.lowlevel.wait_writable(sock)
+                err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, os.strerror(err))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error or OSError(f"no address for {host}")
 
 
 class _ConnectAttempt:
@@ -137,19 +165,19 @@ class RemotingClient:
         # Runs in the client's nursery so that a caller giving up (timeout) does not abort it for the others.
         try:
             host, port = parse_address(addr)
-            stream = None
+            sock = None
             with trio.move_on_after(self.connect_timeout):
-                stream = await trio.open_tcp_stream(host, port)
-            if stream is None:
+                sock = await open_socket(host, port)
+            if sock is None:
                 attempt.reason = f"timeout after {self.connect_timeout:g} s"
                 return
             nursery = self._nursery
             if nursery is None:
-                stream.socket.close()
+                sock.close()
                 attempt.reason = "client closed"
                 return
             conn = Connection(
-                stream.socket,
+                sock,
                 self,
                 nursery,
                 server_side=False,

@@ -3,7 +3,7 @@
 Both ends of a RocketMQ connection can be requester: the broker sends CHECK_TRANSACTION_STATE and
 NOTIFY_CONSUMER_IDS_CHANGED to a client over the client's own socket. So one class does both jobs: a reader task
 that parses many frames per receive, runs the processor of each request inline and matches responses to pending
-invokes by opaque; and a writer that batches whatever was queued while the previous send was in progress.
+invokes by opaque; and a writer that batches whatever was queued.
 
 Processor execution model
 -------------------------
@@ -18,19 +18,23 @@ order (so the requests of one connection are processed in order, like an ordered
 * A oneway request never gets a response, whatever the processor returns or raises.
 * Raising answers SYSTEM_ERROR (1) with the exception text.
 
-Responses produced for one received chunk go out in one send. A request answered later counts as "in flight"
+Responses produced for one received chunk go out together (a send per ``FLUSH_EVERY`` responses, so that the
+peer can start on the first ones while we work on the rest). A request answered later counts as "in flight"
 until ``send_response``; at ``max_in_flight`` the reader stops reading (TCP backpressure) and requests already
 received beyond the bound are answered SYSTEM_BUSY ``[OVERLOAD]``.
 
-Writing: there is no writer task. The first task with something to send becomes the writer and keeps sending until
-the queue is empty; tasks that queue meanwhile return at once (their frames ride in the writer's next send). A
-cancelled writer hands the unsent rest to a background task, so a frame is never cut in half.
+IO: the socket is a plain non-blocking socket driven with ``trio.lowlevel.wait_readable/wait_writable``; a send
+that the kernel accepts at once costs no trip through the scheduler. A lone invoke writes its frame at once;
+while other invokes are outstanding, frames are queued and one flusher task per connection sends them in one
+``sendmsg`` after the currently runnable tasks have queued theirs. Timeouts of pending invokes are enforced by
+one timer task per connection (the earliest deadline), not by a cancel scope per call.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import socket as _stdlib_socket
 from collections.abc import Awaitable, Callable
@@ -38,7 +42,15 @@ from typing import Any, Optional
 
 import outcome
 import trio
-from trio.lowlevel import Abort, current_task, reschedule, wait_task_rescheduled
+from trio.lowlevel import (
+    Abort,
+    current_task,
+    notify_closing,
+    reschedule,
+    wait_readable,
+    wait_task_rescheduled,
+    wait_writable,
+)
 
 from .codes import RPC_ONEWAY, RPC_RESPONSE
 from .command import RemotingCommand, next_opaque
@@ -53,15 +65,17 @@ Processor = Callable[["Connection", RemotingCommand], Awaitable[Optional[Remotin
 
 RECV_SIZE = 256 * 1024  # read big chunks: a receive per frame costs ~10x in trio (PERFORMANCE.md)
 HIGH_WATER = 4 * 1024 * 1024  # queued output beyond which senders wait for the writer to drain
-MID_BATCH_FLUSH = 256 * 1024  # responses queued within one batch beyond which we flush before continuing
+FLUSH_EVERY = 16  # responses queued within one received chunk before we send them
+FLUSH_BYTES = 256 * 1024
 try:
     IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024)
 except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
     IOV_MAX = 16
-_HAS_SENDMSG = hasattr(_stdlib_socket.socket, "sendmsg")
 
 _OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
+_SOCKET_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 _conn_ids = itertools.count(1)
+_INF = math.inf
 
 
 def _nbytes(buf: Any) -> int:
@@ -74,16 +88,19 @@ def _exception_text(exc: BaseException) -> str:
 
 
 class _Waiter:
-    """A pending invoke: the reader hands it the response (or an error) and reschedules the parked task.
+    """A pending invoke: the reader (or the timer) hands it an outcome and reschedules the parked task.
 
-    Cheaper than a trio.Event on the hot path; the response may arrive before the invoker parks.
+    Cheaper than a trio.Event on the hot path; the outcome may arrive before the invoker parks.
     """
 
-    __slots__ = ("task", "result")
+    __slots__ = ("task", "result", "deadline", "timeout", "code")
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float, timeout: float | None, code: int) -> None:
         self.task: Any = None
         self.result: outcome.Outcome | None = None
+        self.deadline = deadline
+        self.timeout = timeout
+        self.code = code
 
     def deliver(self, result: outcome.Outcome) -> None:
         task = self.task
@@ -105,17 +122,32 @@ class _Waiter:
         return await wait_task_rescheduled(abort)
 
 
+class _CallbackWaiter:
+    __slots__ = ("callback",)
+    deadline = _INF
+
+    def __init__(self, callback: Callable[[outcome.Outcome], None]) -> None:
+        self.callback = callback
+
+    def deliver(self, result: outcome.Outcome) -> None:
+        try:
+            self.callback(result)
+        except Exception:
+            log.exception("invoke callback failed")
+
+
 class Connection:
     """One accepted or opened socket. Also the "channel" broker features keep for a client.
 
     Public: ``id``, ``remote_address``, ``local_address``, ``address`` (``"host:port"`` of the peer),
-    ``attributes`` (a dict for features: client id, group ...), ``closed``, ``last_activity`` (trio clock),
-    ``in_flight``; ``send_response``, ``invoke``, ``invoke_oneway``, ``start_soon``, ``close``, ``aclose``.
+    ``attributes`` (a dict for features: client id, group ...), ``closed``, ``close_reason``, ``last_activity``
+    (trio clock), ``in_flight``; ``send_response``, ``invoke``, ``invoke_oneway``, ``start_soon``, ``close``,
+    ``aclose``. ``sock`` is a connected plain socket in non-blocking mode; the connection owns it.
     """
 
     def __init__(
         self,
-        sock: trio.socket.SocketType,
+        sock: _stdlib_socket.socket,
         owner: Any,
         nursery: trio.Nursery,
         *,
@@ -125,6 +157,7 @@ class Connection:
         max_frame_size: int | None = None,
         on_close: Callable[[Connection], None] | None = None,
     ) -> None:
+        sock.setblocking(False)
         self.id = next(_conn_ids)
         self._sock = sock
         self._owner = owner
@@ -134,21 +167,22 @@ class Connection:
         self.respond_unknown_code = respond_unknown_code
         self._on_close = on_close
         self._decoder = FrameDecoder() if max_frame_size is None else FrameDecoder(max_frame_size)
-        try:
-            self.remote_address: tuple[str, int] = tuple(sock.getpeername()[:2])  # type: ignore[assignment]
-        except OSError:
-            self.remote_address = ("?", 0)
+        self.remote_address: tuple[str, int] = tuple(sock.getpeername()[:2])  # type: ignore[assignment]
         self.local_address: tuple[str, int] = tuple(sock.getsockname()[:2])  # type: ignore[assignment]
         self.address = f"{self.remote_address[0]}:{self.remote_address[1]}"
         self.attributes: dict[str, Any] = {}
         self.closed = False
         self.close_reason: str | None = None
         self.last_activity = trio.current_time()
-        self._pending: dict[int, _Waiter] = {}
+        self._pending: dict[int, Any] = {}
         self._deferred: set[int] = set()
         self._out: list = []
         self._out_bytes = 0
         self._writing = False
+        self._flusher: Any = None  # the parked flusher task, if any
+        self._flusher_started = False
+        self._timer_scope: trio.CancelScope | None = None
+        self._timer_started = False
         self._room: trio.Event | None = None  # set when in_flight drops below max_in_flight
         self._drained: trio.Event | None = None  # set when the output queue empties
 
@@ -171,25 +205,30 @@ class Connection:
     async def serve(self) -> None:
         """The reader loop; returns when the connection closes. Never raises (except trio.Cancelled)."""
         reason = "closed by peer"
-        recv = self._sock.recv
+        sock = self._sock
+        recv = sock.recv
         feed = self._decoder.feed
         pending = self._pending
         deferred = self._deferred
+        waited = True
         try:
             while True:
                 if len(deferred) >= self.max_in_flight:
                     await self._wait_for_room()
                     if self.closed:
                         break
-                data = await recv(RECV_SIZE)
+                try:
+                    data = recv(RECV_SIZE)
+                except BlockingIOError:
+                    await wait_readable(sock)
+                    waited = True
+                    continue
                 if not data:
                     break
                 self.last_activity = trio.current_time()
-                cmds = feed(data)
-                if not cmds:
-                    continue
+                queued = 0
                 processors = self._owner.processors
-                for cmd in cmds:
+                for cmd in feed(data):
                     flag = cmd.flag
                     if flag & RPC_RESPONSE:
                         waiter = pending.pop(cmd.opaque, None)
@@ -215,19 +254,25 @@ class Connection:
                         if resp is None:
                             deferred.add(cmd.opaque)
                             continue
-                    if self.closed:
-                        break
+                        if self.closed:
+                            break
                     self._queue_response(resp, cmd)
-                    if self._out_bytes > MID_BATCH_FLUSH and not self._writing:
+                    queued += 1
+                    if (queued >= FLUSH_EVERY or self._out_bytes > FLUSH_BYTES) and not self._writing:
+                        queued = 0
                         await self._flush()
                 if self._out and not self._writing:
                     await self._flush()
                 if self.closed:
                     break
+                if not waited:
+                    # Data kept arriving without a wait: give other tasks their turn (and a chance to cancel us).
+                    await trio.lowlevel.checkpoint()
+                waited = False
         except ProtocolError as exc:
             reason = f"protocol error: {exc}"
             log.warning("closing connection from %s: %s", self.address, exc)
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        except _SOCKET_ERRORS as exc:
             reason = f"socket error: {exc!r}"
         finally:
             self._teardown(reason)
@@ -243,6 +288,7 @@ class Connection:
         except Exception as exc:
             log.warning("cannot encode response to code %s for %s: %s", request.code, self.address, exc)
             err = request.make_response(1, f"cannot encode response: {exc}")
+            err.serialize_type = 0
             self._out_bytes += err.encode_into(self._out)
 
     async def _wait_for_room(self) -> None:
@@ -251,8 +297,12 @@ class Connection:
 
     # ---- writer -----------------------------------------------------------------------------------------------
 
-    async def _flush(self) -> None:
-        """Send everything queued; the caller must have checked ``not self._writing``."""
+    async def _flush(self, deadline: float = _INF) -> bool:
+        """Send everything queued; the caller must have checked ``not self._writing``.
+
+        Only waits (for the socket to become writable) when the kernel buffer is full; gives up at ``deadline``
+        and returns False, leaving the rest to the flusher task, so a frame is never cut in half.
+        """
         self._writing = True
         sock = self._sock
         try:
@@ -263,58 +313,127 @@ class Connection:
                 while bufs:
                     try:
                         if len(bufs) == 1:
-                            sent = await sock.send(bufs[0])
-                        elif _HAS_SENDMSG:
-                            sent = await sock.sendmsg(bufs[:IOV_MAX])
-                        else:  # pragma: no cover
-                            sent = await sock.send(b"".join(bufs))
-                    except trio.Cancelled:
-                        # Nothing of this call went out; keep the rest in order and let a background task send
-                        # it, so no frame is left half-written.
-                        self._out[:0] = bufs
-                        self._out_bytes += sum(map(_nbytes, bufs))
-                        self._writing = False
-                        if not self.closed:
-                            self._nursery.start_soon(self._background_flush)
-                        raise
-                    i = 0
-                    while sent:
-                        n = _nbytes(bufs[i])
-                        if sent >= n:
-                            sent -= n
-                            i += 1
+                            sent = sock.send(bufs[0])
                         else:
-                            bufs[i] = memoryview(bufs[i])[sent:]
-                            sent = 0
-                    if i:
-                        del bufs[:i]
+                            sent = sock.sendmsg(bufs[:IOV_MAX])
+                    except BlockingIOError:
+                        sent = 0
+                    if sent:
+                        i = 0
+                        while sent:
+                            n = _nbytes(bufs[i])
+                            if sent >= n:
+                                sent -= n
+                                i += 1
+                            else:
+                                bufs[i] = memoryview(bufs[i])[sent:]
+                                sent = 0
+                        if i:
+                            del bufs[:i]
+                        continue
+                    # Kernel buffer full: wait until writable, keeping the unsent rest at the queue's head.
+                    writable = False
+                    try:
+                        with trio.move_on_at(deadline):
+                            await wait_writable(sock)
+                            writable = True
+                    finally:
+                        if not writable:  # deadline passed or cancelled: nothing of bufs went out
+                            self._out[:0] = bufs
+                            self._out_bytes += sum(map(_nbytes, bufs))
+                            self._writing = False
+                            self._kick_flusher()
+                    if not writable:
+                        return False
             self.last_activity = trio.current_time()
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            return True
+        except _SOCKET_ERRORS as exc:
             self._teardown(f"send failed: {exc!r}")
+            return False
         finally:
             self._writing = False
             if self._drained is not None and (not self._out or self.closed):
                 self._drained.set()
                 self._drained = None
 
-    async def _background_flush(self) -> None:
-        if not self._writing and self._out and not self.closed:
-            await self._flush()
+    def _kick_flusher(self) -> None:
+        """Have the flusher task send the queue after the currently runnable tasks had their turn."""
+        task = self._flusher
+        if task is not None:
+            self._flusher = None
+            reschedule(task)
+        elif not self._flusher_started and not self.closed:
+            self._flusher_started = True
+            self._nursery.start_soon(self._flusher_loop)
 
-    async def _send_queued(self) -> None:
+    async def _flusher_loop(self) -> None:
+        try:
+            while not self.closed:
+                if self._out and not self._writing:
+                    await self._flush()
+                    continue
+                self._flusher = current_task()
+                await wait_task_rescheduled(self._abort_flusher_wait)
+        finally:
+            self._flusher = None
+
+    def _abort_flusher_wait(self, _raise_cancel: Any) -> Abort:
+        self._flusher = None  # trio reschedules the cancelled task itself
+        return Abort.SUCCEEDED
+
+    async def _send_queued(self, deadline: float = _INF) -> bool:
+        """After queueing: send now if nothing else is outstanding, else leave it to the flusher (batching)."""
         if not self._writing:
-            await self._flush()
-        elif self._out_bytes > HIGH_WATER:
+            if len(self._pending) > 1:
+                self._kick_flusher()
+                return True
+            return await self._flush(deadline)
+        if self._out_bytes > HIGH_WATER:
             if self._drained is None:
                 self._drained = trio.Event()
-            await self._drained.wait()
+            with trio.move_on_at(deadline):
+                await self._drained.wait()
+                return True
+            return False
+        return True
+
+    # ---- timeouts ---------------------------------------------------------------------------------------------
+
+    def _arm_timer(self, deadline: float) -> None:
+        scope = self._timer_scope
+        if scope is not None:
+            if deadline < scope.deadline:
+                scope.deadline = deadline
+        elif not self._timer_started and not self.closed:
+            self._timer_started = True
+            self._nursery.start_soon(self._timer_loop)
+
+    async def _timer_loop(self) -> None:
+        pending = self._pending
+        while not self.closed:
+            now = trio.current_time()
+            earliest = _INF
+            expired = []
+            for opaque, waiter in pending.items():
+                d = waiter.deadline
+                if d <= now:
+                    expired.append(opaque)
+                elif d < earliest:
+                    earliest = d
+            for opaque in expired:
+                waiter = pending.pop(opaque)
+                waiter.deliver(outcome.Error(RemotingTimeout(self.address, waiter.timeout, waiter.code)))
+            with trio.CancelScope(deadline=earliest) as self._timer_scope:
+                await trio.sleep_forever()
+            self._timer_scope = None
 
     # ---- public API -------------------------------------------------------------------------------------------
 
     async def send_response(self, response: RemotingCommand) -> bool:
         """Send a response decided later (the processor returned None). False if the connection is closed.
 
-        ``response.opaque`` must be the request's (``request.make_response`` does that).
+        ``response.opaque`` must be the request's (``request.make_response`` does that). Returns once the frame
+        is handed to the kernel or queued behind a send in progress.
         """
         deferred = self._deferred
         deferred.discard(response.opaque)
@@ -326,7 +445,11 @@ class Connection:
             return False
         response.flag |= RPC_RESPONSE
         self._out_bytes += response.encode_into(self._out)
-        await self._send_queued()
+        if not self._writing:
+            self._kick_flusher()  # batch with other tasks answering in the same scheduler tick
+        elif self._out_bytes > HIGH_WATER:
+            await self._send_queued()
+        await trio.lowlevel.checkpoint()
         return not self.closed
 
     def forget(self, request: RemotingCommand) -> None:
@@ -352,43 +475,50 @@ class Connection:
         opaque = request.opaque
         while opaque in pending:
             request.opaque = opaque = next_opaque()
-        waiter = _Waiter()
+        if timeout is None:
+            deadline = _INF
+        else:
+            deadline = trio.current_time() + timeout
+            self._arm_timer(deadline)
+        waiter = _Waiter(deadline, timeout, request.code)
+        self._out_bytes += request.encode_into(self._out)
         pending[opaque] = waiter
         try:
-            if timeout is None:
-                self._out_bytes += request.encode_into(self._out)
-                await self._send_queued()
-                return await waiter.wait()
-            with trio.move_on_after(timeout):
-                self._out_bytes += request.encode_into(self._out)
-                await self._send_queued()
-                return await waiter.wait()
-            raise RemotingTimeout(self.address, timeout, request.code)
+            if not await self._send_queued(deadline) and not self.closed:
+                raise RemotingTimeout(self.address, timeout or 0.0, request.code)
+            return await waiter.wait()
         finally:
             if pending.get(opaque) is waiter:
                 del pending[opaque]
 
-    async def invoke_oneway(self, request: RemotingCommand) -> None:
-        """Send a request flagged oneway; no response is expected. Returns once the frame is queued/sent."""
+    async def invoke_oneway(self, request: RemotingCommand, timeout: float | None = None) -> None:
+        """Send a request flagged oneway; no response is expected. Returns once the frame is handed over."""
         if self.closed:
             raise RemotingClosed(self.address)
         if self.server_side:
             request.serialize_type = 0
         request.flag = (request.flag | RPC_ONEWAY) & ~RPC_RESPONSE
         self._out_bytes += request.encode_into(self._out)
-        await self._send_queued()
+        deadline = _INF if timeout is None else trio.current_time() + timeout
+        if not self._writing:
+            ok = await self._flush(deadline)
+        else:
+            ok = await self._send_queued(deadline)
+            await trio.lowlevel.checkpoint()
         if self.closed:
             raise RemotingClosed(self.address)
+        if not ok:
+            raise RemotingTimeout(self.address, timeout or 0.0, request.code)
 
     def invoke_callback(
         self, request: RemotingCommand, callback: Callable[[outcome.Outcome], None]
     ) -> None:
         """Queue a request whose response is handed to ``callback(outcome)`` in the reader task.
 
-        The low-level, task-free way to keep many requests in flight from one task (Java's invokeAsync);
-        ``callback`` gets ``outcome.Value(response)`` or ``outcome.Error(RemotingClosed)`` and must not block.
-        The frame is sent by the next ``flush()`` (or any other send on this connection). No timeout here:
-        callers that need one keep their own deadline and call ``cancel_callback``.
+        The task-free way to keep many requests in flight from one task (Java's invokeAsync): ``callback`` gets
+        ``outcome.Value(response)`` or ``outcome.Error(RemotingClosed)`` and must not block; it may queue more
+        requests. Frames queued here are sent by the reader after the current batch of responses, or by
+        ``flush()``. No timeout: keep your own deadline and ``cancel_callback(opaque)``.
         """
         if self.closed:
             callback(outcome.Error(RemotingClosed(self.address)))
@@ -400,7 +530,7 @@ class Connection:
         opaque = request.opaque
         while opaque in pending:
             request.opaque = opaque = next_opaque()
-        pending[opaque] = _CallbackWaiter(callback)  # type: ignore[assignment]
+        pending[opaque] = _CallbackWaiter(callback)
         self._out_bytes += request.encode_into(self._out)
 
     def cancel_callback(self, opaque: int) -> bool:
@@ -410,6 +540,7 @@ class Connection:
         """Send whatever is queued (used after ``invoke_callback``)."""
         if self._out and not self._writing:
             await self._flush()
+        await trio.lowlevel.checkpoint()
 
     def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
         """Run ``fn(*args)`` in the owner's nursery (for processors that answer later). ``fn`` must not raise."""
@@ -421,12 +552,12 @@ class Connection:
 
     async def aclose(self, timeout: float = 1.0) -> None:
         """Send what is queued (for at most ``timeout`` seconds), then close."""
-        if not self.closed and self._out:
-            with trio.move_on_after(timeout):
-                while self._writing:
-                    await trio.sleep(0)
-                if self._out and not self.closed:
-                    await self._flush()
+        deadline = trio.current_time() + timeout
+        while self._out and not self.closed and trio.current_time() < deadline:
+            if self._writing:
+                await trio.sleep(0.001)
+            else:
+                await self._flush(deadline)
         self._teardown("closed locally")
         await trio.lowlevel.checkpoint()
 
@@ -435,6 +566,10 @@ class Connection:
             return
         self.closed = True
         self.close_reason = reason
+        try:
+            notify_closing(self._sock)
+        except (OSError, ValueError):  # pragma: no cover - already closed
+            pass
         self._sock.close()
         pending = list(self._pending.values())
         self._pending.clear()
@@ -447,21 +582,13 @@ class Connection:
             if ev is not None:
                 ev.set()
         self._room = self._drained = None
+        if self._timer_scope is not None:
+            self._timer_scope.cancel()
+        if self._flusher is not None:
+            task, self._flusher = self._flusher, None
+            reschedule(task)
         if self._on_close is not None:
             try:
                 self._on_close(self)
             except Exception:
                 log.exception("on_close callback failed for %s", self)
-
-
-class _CallbackWaiter:
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Callable[[outcome.Outcome], None]) -> None:
-        self.callback = callback
-
-    def deliver(self, result: outcome.Outcome) -> None:
-        try:
-            self.callback(result)
-        except Exception:
-            log.exception("invoke callback failed")

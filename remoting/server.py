@@ -87,11 +87,12 @@ class RemotingServer:
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Bind, then ``task_status.started(port)`` and serve until cancelled or ``stop()``."""
         family = _stdlib_socket.AF_INET6 if ":" in self.host else _stdlib_socket.AF_INET
-        listener = trio.socket.socket(family, _stdlib_socket.SOCK_STREAM)
+        listener = _stdlib_socket.socket(family, _stdlib_socket.SOCK_STREAM)
         try:
             listener.setsockopt(_stdlib_socket.SOL_SOCKET, _stdlib_socket.SO_REUSEADDR, 1)
-            await listener.bind((self.host, self.requested_port))
+            listener.bind((self.host, self.requested_port))
             listener.listen(self.backlog)
+            listener.setblocking(False)
             self.port = listener.getsockname()[1]
             with trio.CancelScope() as self._scope:
                 async with trio.open_nursery() as nursery:
@@ -101,15 +102,19 @@ class RemotingServer:
                     task_status.started(self.port)
                     await self._accept_loop(listener, nursery)
         finally:
+            trio.lowlevel.notify_closing(listener)
             listener.close()
             for conn in list(self._conns.values()):
                 conn.close("server stopped")
             self._scope = None
 
-    async def _accept_loop(self, listener: trio.socket.SocketType, nursery: trio.Nursery) -> None:
+    async def _accept_loop(self, listener: _stdlib_socket.socket, nursery: trio.Nursery) -> None:
         while True:
             try:
-                sock, _ = await listener.accept()
+                sock, _ = listener.accept()
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(listener)
+                continue
             except OSError as exc:
                 if exc.errno in _ACCEPT_CAPACITY_ERRNOS:
                     log.error("%s: accept failed (%s); retrying in 100 ms", self.name, exc)
@@ -138,6 +143,7 @@ class RemotingServer:
                 except Exception:
                     log.exception("%s: on_open failed for %s", self.name, conn)
             nursery.start_soon(conn.serve)
+            await trio.lowlevel.checkpoint()  # a connection storm must not starve the others
 
     def _connection_closed(self, conn: Connection) -> None:
         self._conns.pop(conn.id, None)

@@ -193,6 +193,9 @@ async def test_deferred_response_via_send_response(serve):
                 result["pull"] = await client.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE))
 
             nursery.start_soon(pull)
+            with trio.fail_after(5):
+                while not connections:
+                    await trio.sleep(0.001)
             # the held pull does not block other requests on the same connection
             assert (await client.invoke(addr, RemotingCommand.request(ECHO))).code == 0
             assert "pull" not in result and connections[0].in_flight == 1
