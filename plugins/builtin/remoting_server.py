@@ -46,4 +46,4 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     for role, server in kernel.state.get(SERVERS).items():
         server.processors = kernel.processors.get(role, {})
         await nursery.start(server.run)
-        kernel.listening[role] = server.address
+        kernel.mark_listening(role, server.address)
