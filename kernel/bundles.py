@@ -131,6 +131,8 @@ class BrokerSettings:
     namesrvAddr: str = _setting("", _namesrv_addr)
     listenHost: str = _setting("127.0.0.1")
     listenPort: int = _setting(10911, _port)
+    #: also listen on the VIP port listenPort - 2 (pyrmq setting; RocketMQ always does)
+    fastListenEnable: bool = _setting(True)
     brokerIP1: str = _setting("127.0.0.1")
     brokerIP2: str = _setting("")
     haListenPort: int = _setting(10912, _port)

@@ -4,6 +4,10 @@ The name server listens on ``[namesrv] listenHost:listenPort`` and, like RocketM
 does not know; the broker listens on ``[broker] listenHost:listenPort``. Each listener calls its role's processor
 table (collected once at start into ``kernel.processors[role]``) directly, and reports connections to the
 ``pyrmq_connection_opened`` / ``pyrmq_connection_closed`` hooks.
+
+Like RocketMQ's, the broker also listens on its VIP ("fast") port, ``listenPort - 2`` (spec 1.1), with the same
+processors except PULL_MESSAGE: Java clients up to 4.5.0 send there by default (``vipChannelEnabled``). With
+``listenPort = 0`` (any free port) there is no VIP port; ``fastListenEnable = false`` switches it off.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.remoting.codes import RequestCode
 from pyrmq.remoting.server import RemotingServer
 
 SERVERS = StateKey[dict]("remoting.servers")
@@ -27,23 +32,35 @@ def _listen_address(kernel: Any, role: str) -> tuple[str, int]:
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
     servers: dict[str, RemotingServer] = {}
-    for role in kernel.bundle.roles:
-        host, port = _listen_address(kernel, role)
-        servers[role] = RemotingServer(
+
+    def server(role: str, listener: str, host: str, port: int) -> RemotingServer:
+        return RemotingServer(
             {},
             host=host,
             port=port,
-            on_open=lambda conn, role=role: kernel.hooks.connection_opened(kernel, role, conn),
-            on_close=lambda conn, role=role: kernel.hooks.connection_closed(kernel, role, conn),
+            on_open=lambda conn: kernel.hooks.connection_opened(kernel, role, conn),
+            on_close=lambda conn: kernel.hooks.connection_closed(kernel, role, conn),
             respond_unknown_code=role != "namesrv",
-            name=role,
+            name=listener,
         )
+
+    for role in kernel.bundle.roles:
+        host, port = _listen_address(kernel, role)
+        servers[role] = server(role, role, host, port)
+        broker = kernel.bundle.broker
+        if role == "broker" and broker.fastListenEnable and port > 2:
+            servers["broker-vip"] = server(role, "broker-vip", host, port - 2)
     kernel.state.put(SERVERS, servers)
 
 
 @hookimpl(trylast=True)
 async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
-    for role, server in kernel.state.get(SERVERS).items():
-        server.processors = kernel.processors.get(role, {})
+    for listener, server in kernel.state.get(SERVERS).items():
+        if listener == "broker-vip":
+            table = dict(kernel.processors.get("broker", {}))
+            table.pop(RequestCode.PULL_MESSAGE, None)  # not served on the VIP port (spec 1.1)
+            server.processors = table
+        else:
+            server.processors = kernel.processors.get(listener, {})
         await nursery.start(server.run)
-        kernel.mark_listening(role, server.address)
+        kernel.mark_listening(listener, server.address)

@@ -343,3 +343,46 @@ async def test_admin_topic_lifecycle_and_consume_stats(broker, remoting_client):
     assert by_queue[2] == {"brokerOffset": 1, "consumerOffset": 0, "lastTimestamp": 0}
     assert (await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TA"}))).code == 0
     assert (await remoting_client.invoke(addr, pull_request("TA", 0, 0))).code == ResponseCode.TOPIC_NOT_EXIST
+
+
+def _two_free_ports_apart() -> int:
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket() as vip:
+                vip.bind(("127.0.0.1", port - 2))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no free port pair")
+
+
+async def test_vip_port_serves_sends_but_not_pulls(start_role, remoting_client):
+    port = _two_free_ports_apart()
+    kernel = await start_role("dev", {"broker.listenPort": port})
+    vip = kernel.listening["broker-vip"]
+    assert vip == f"127.0.0.1:{port - 2}"
+    await remoting_client.invoke(vip, create_topic("TV", 1))
+    assert (await remoting_client.invoke(vip, send_request("TV", b"via vip", queue_id=0))).code == ResponseCode.SUCCESS
+    refused = await remoting_client.invoke(vip, pull_request("TV", 0, 0))
+    assert refused.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+    pulled = await remoting_client.invoke(kernel.listening["broker"], pull_request("TV", 0, 0))
+    assert decode_messages(pulled.body_bytes())[0].body == b"via vip"
+
+
+async def test_heartbeat_enums_as_ordinals_are_understood(broker, remoting_client):
+    addr = broker.listening["broker"]
+    body = {"clientID": "cpp@1", "producerDataSet": [{"groupName": "pg-cpp"}], "consumerDataSet": [{
+        "groupName": "g-cpp", "consumeType": 1, "messageModel": 0, "consumeFromWhere": 4, "unitMode": False,
+        "subscriptionDataSet": [{"topic": "TE", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1}]}]}
+    assert (await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, json.dumps(body).encode()))).code == 0
+    from pyrmq.plugins.broker.core import BROKER
+
+    info = broker.state.get(BROKER).consumers.groups["g-cpp"]
+    assert (info.consume_type, info.message_model, info.consume_from_where) == ("CONSUME_PASSIVELY", "BROADCASTING", "CONSUME_FROM_FIRST_OFFSET")
+    bad = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, b"{not json"))
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "HeartbeatData" in bad.remark
