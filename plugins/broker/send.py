@@ -197,7 +197,10 @@ class SendProcessor:
         topic, target_queue = self.retry_and_dlq(header, properties, queue_id)
         record = self.record(header, topic, target_queue, request.body_bytes(), properties, born_host)
         if self.ctx.delay_schedulers:
-            record = self.redirect_delayed(record)
+            try:
+                record = self.redirect_delayed(record)
+            except ValueError as exc:  # a scheduler refused a bad DELAY / TIMER_* value (spec 7.6)
+                raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
         # the response names the queue the producer chose (or was given), like RocketMQ's
         return record, wait, queue_id
 

@@ -1,0 +1,432 @@
+"""Arbitrary-time delivery (beyond RocketMQ 4.x; the property names are RocketMQ 5.x's): a delay-scheduler plugin.
+
+A message with ``TIMER_DELIVER_MS`` (absolute epoch ms) or ``TIMER_DELAY_SEC`` (seconds from now) due later than
+now is parked under ``rmq_sys_wheel_timer`` queue 0 with ``REAL_TOPIC`` / ``REAL_QID`` (like a delayed message, spec
+7.6) and ``TIMER_DELIVER_MS`` set; the consume-queue tags code holds the delivery time. One service task
+
+1. enqueues new entries of that consume queue into a persistent hierarchical timing wheel (:mod:`.timer_wheel`:
+   O(1) insert, one-second ticks, nothing per message in memory);
+2. processes each second whose slot holds entries once the clock reaches it, re-writing the records to their real
+   topic and queue (``TIMER_DELAY_SEC``, ``REAL_TOPIC``, ``REAL_QID`` removed; ``TIMER_DELIVER_MS`` kept). A delivery
+   is never early and at most a second late; a broker that was down delivers what fell due right after start, in
+   delivery-time order.
+
+Retention: a message due further out than half the commit-log retention (``fileReservedTime``) enters the wheel as
+a *roll* point half a retention ahead; at that point its record is re-appended to ``rmq_sys_wheel_timer`` (a new
+commit-log copy, enqueued again), so no parked record is older than half the retention.
+
+Persistence (``<store>/timerwheel/``): ``snapshot`` (slot table, wheel time, timer-log end, enqueue offset, written
+atomically every ``flushDelayOffsetInterval``, only when changed, and at shutdown), the timer-log segments, and
+``done.<gen>``: the commit-log offsets of parked records delivered or rolled since the snapshot, appended (one write
+syscall, so it survives kill -9) after each delivery. Recovery restores the snapshot, re-enqueues the consume queue
+from its offset, and skips what ``done`` lists: each message is delivered once. See docs/delay.md.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import math
+import os
+import struct
+from typing import Any
+
+import attrs
+import trio
+
+from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import StateKey
+from pyrmq.plugins.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
+from pyrmq.store.consume_queue import BLANK_SIZE
+from pyrmq.store.format import MessageRecord
+from pyrmq.store.results import PutMessageStatus
+
+log = logging.getLogger("pyrmq.timer")
+
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+
+DAY_MS = 86_400_000
+#: default upper bound of a delivery time (from now); plugin setting ``max_delay_days``
+MAX_DELAY_DAYS = 400
+#: consume-queue units enqueued per pass before yielding
+ENQUEUE_BATCH = 4096
+RETRY_AFTER_S = 1.0
+_OFFSET = struct.Struct(">q")
+
+
+class TimerService:
+    """The ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` scheduler and its wheel service."""
+
+    property_keys = frozenset({PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC})
+
+    def __init__(
+        self,
+        store: Any,
+        directory: str,
+        *,
+        retention_hours: float = 72,
+        flush_interval_s: float = 10.0,
+        max_delay_days: float = MAX_DELAY_DAYS,
+        deliver: bool = True,
+    ) -> None:
+        self.store = store
+        self.directory = directory
+        self.flush_interval_s = flush_interval_s
+        self.max_delay_ms = int(max_delay_days * DAY_MS)
+        #: parked records are re-appended when due further out than this (half the commit-log retention)
+        self.roll_ms = max(60_000, int(retention_hours * 3_600_000) // 2)
+        self.deliver_enabled = deliver
+        self.wheel: TimingWheel | None = None
+        self.enqueue_offset = 0
+        self._done_gen = 0
+        self._done_fd = -1
+        self._skip: set[int] = set()
+        self._skip_until_sec = 0
+        self._skip_until_offset = 0
+        self._wake = trio.Event()
+        self._changed = False
+        self.delivered = 0
+        self.rolled = 0
+        #: lateness of each delivery in ms (kept only when a list is assigned; the benchmark does)
+        self.lags: list[int] | None = None
+
+    @property
+    def clock(self):
+        return self.store.clock
+
+    # -- send path ---------------------------------------------------------------------------------------------
+
+    def redirect(self, record: MessageRecord) -> MessageRecord | None:
+        """Park a message due later than now under rmq_sys_wheel_timer; None stores it as it is (due now).
+
+        Raises ValueError for a value that is not an integer or lies too far out (the send answers MESSAGE_ILLEGAL)."""
+        props = record.properties
+        now = self.clock()
+        if PROPERTY_TIMER_DELIVER_MS in props:
+            key = PROPERTY_TIMER_DELIVER_MS
+            try:
+                deliver = int(props[key])
+            except ValueError:
+                raise ValueError(f"property {key} must be an absolute time in epoch milliseconds, got {props[key]!r}") from None
+        else:
+            key = PROPERTY_TIMER_DELAY_SEC
+            try:
+                delay = int(props[key])
+            except ValueError:
+                raise ValueError(f"property {key} must be an integer number of seconds, got {props[key]!r}") from None
+            deliver = now + delay * 1000
+        if deliver - now > self.max_delay_ms:
+            raise ValueError(
+                f"property {key} asks for delivery {(deliver - now) / DAY_MS:.1f} days from now; "
+                f"the timer accepts at most {self.max_delay_ms / DAY_MS:g} days"
+            )
+        if deliver <= now:
+            return None
+        properties = dict(props)
+        properties.pop(PROPERTY_TIMER_DELAY_SEC, None)
+        properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver)
+        properties[PROPERTY_REAL_TOPIC] = record.topic
+        properties[PROPERTY_REAL_QUEUE_ID] = str(record.queue_id)
+        self._wake.set()  # the service runs after this send's synchronous append
+        return attrs.evolve(
+            record, topic=TIMER_TOPIC, queue_id=0, properties=properties, properties_bytes=None, tags_code=deliver
+        )
+
+    # -- persistence -------------------------------------------------------------------------------------------
+
+    @property
+    def snapshot_path(self) -> str:
+        return os.path.join(self.directory, "snapshot")
+
+    def load(self) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        log_dir = os.path.join(self.directory, "timerlog")
+        wheel = TimingWheel(log_dir, self.clock() // 1000)
+        restored = False
+        for candidate in (self.snapshot_path, self.snapshot_path + ".bak"):
+            try:
+                with open(candidate, "rb") as f:
+                    data = f.read()
+                self.enqueue_offset, self._done_gen = wheel.restore(data, candidate)
+                restored = True
+                break
+            except FileNotFoundError:
+                continue
+            except WheelCorruptError as exc:
+                log.error("timer snapshot unusable: %s", exc)
+        if not restored and os.listdir(log_dir):
+            log.warning("timer: no snapshot in %s; rebuilding the wheel from the %s queue", self.directory, TIMER_TOPIC)
+        # deliveries and rolls made after the snapshot (a crash): skip them while catching up
+        for path in self._done_files():
+            if self._gen_of(path) >= self._done_gen:
+                with open(path, "rb") as f:
+                    data = f.read()
+                n = len(data) // 8
+                self._skip.update(v for (v,) in _OFFSET.iter_unpack(data[: n * 8]))
+        if self._skip:
+            log.info("timer: %d deliveries made after the last snapshot will not be repeated", len(self._skip))
+            cq = self.store.consume_queues.get(TIMER_TOPIC, 0)
+            self._skip_until_offset = cq.max_offset if cq is not None else 0
+            self._skip_until_sec = self.clock() // 1000
+        self.wheel = wheel
+        self._done_gen += 1
+        self._open_done()
+        log.info("timer wheel at %d s: %d entries, enqueue offset %d", wheel.cur, wheel.size, self.enqueue_offset)
+
+    def _done_files(self) -> list[str]:
+        return sorted(glob.glob(os.path.join(self.directory, "done.*")), key=self._gen_of)
+
+    @staticmethod
+    def _gen_of(path: str) -> int:
+        try:
+            return int(path.rsplit(".", 1)[1])
+        except ValueError:
+            return -1
+
+    def _open_done(self) -> None:
+        path = os.path.join(self.directory, f"done.{self._done_gen}")
+        self._done_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _mark_done(self, phy: int) -> None:
+        os.write(self._done_fd, _OFFSET.pack(phy))
+
+    def _prepare_snapshot(self) -> tuple[bytes, int, list[int]]:
+        """Synchronous part: the state as of now, and a fresh done file for what happens from here on."""
+        data = self.wheel.snapshot(self.enqueue_offset, self._done_gen + 1)
+        dead = self.wheel.dead_segments()
+        os.close(self._done_fd)
+        self._done_gen += 1
+        self._open_done()
+        self._changed = False
+        return data, self._done_gen, dead
+
+    def _write_snapshot(self, data: bytes, gen: int) -> None:
+        """Blocking: timer log durable, then the snapshot atomically, then older done files removed."""
+        self.wheel.fsync()
+        path = self.snapshot_path
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(path):
+            os.replace(path, path + ".bak")
+        os.replace(tmp, path)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        for old in self._done_files():
+            if self._gen_of(old) < gen:
+                os.unlink(old)
+
+    async def _snapshot(self) -> None:
+        data, gen, dead = self._prepare_snapshot()
+        await trio.to_thread.run_sync(self._write_snapshot, data, gen)
+        self.wheel.delete_segments(dead)
+
+    def close(self) -> None:
+        """Final snapshot (shutdown)."""
+        if self.wheel is None:
+            return
+        data, gen, dead = self._prepare_snapshot()
+        self._write_snapshot(data, gen)
+        self.wheel.delete_segments(dead)
+        self.wheel.close()
+        os.close(self._done_fd)
+        self.wheel = None
+
+    # -- service -----------------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        if self.wheel is None:
+            self.load()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._snapshot_loop)
+            if self.deliver_enabled:
+                nursery.start_soon(self._wheel_loop)
+            task_status.started()
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            await trio.sleep(self.flush_interval_s)
+            if self._changed:
+                await self._snapshot()
+
+    def enqueue(self, limit: int = ENQUEUE_BATCH) -> int:
+        """Move up to ``limit`` new consume-queue entries of the timer topic into the wheel; how many were read."""
+        cq = self.store.consume_queues.get(TIMER_TOPIC, 0)
+        if cq is None or self.enqueue_offset >= cq.max_offset:
+            return 0
+        offset = self.enqueue_offset
+        if offset < cq.min_offset:
+            log.warning("timer: queue offsets %d..%d were removed by retention", offset, cq.min_offset - 1)
+            offset = cq.min_offset
+        units = cq.units_from(offset, limit)
+        if units is None:
+            self.enqueue_offset = cq.roll_next_file(offset)
+            return 1
+        wheel = self.wheel
+        skip = self._skip
+        roll_at = self.clock() + self.roll_ms
+        n = 0
+        for phy, size, deliver_ms in units:
+            n += 1
+            if size == BLANK_SIZE or (skip and phy in skip):
+                continue
+            if deliver_ms > roll_at:
+                wheel.insert(phy, size, roll_at, FLAG_ROLL)
+            else:
+                wheel.insert(phy, size, deliver_ms)
+        self.enqueue_offset = offset + n
+        if n:
+            self._changed = True
+        return n
+
+    async def _wheel_loop(self) -> None:
+        wheel = self.wheel
+        while True:
+            while self.enqueue():
+                await trio.sleep(0)
+            now_ms = self.clock()
+            due = wheel.advance(now_ms // 1000)
+            if due is not None:
+                self._changed = True
+                failed = self._deliver_all(due)
+                if self._skip and wheel.cur > self._skip_until_sec and self.enqueue_offset >= self._skip_until_offset:
+                    self._skip = set()  # caught up: nothing listed can come round again
+                if failed:
+                    for deliver_ms, phy, size, flags in failed:
+                        wheel.insert(phy, size, deliver_ms, flags)
+                    await trio.sleep(RETRY_AFTER_S)
+                else:
+                    await trio.sleep(0)
+                continue
+            nxt = wheel.next_work()
+            timeout = math.inf if nxt is None else max(0.0, (nxt * 1000 - self.clock()) / 1000)
+            with trio.move_on_after(timeout):
+                await self._wake.wait()
+            self._wake = trio.Event()
+
+    def _deliver_all(self, due: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+        for i, (deliver_ms, phy, size, flags) in enumerate(due):
+            if self._skip and phy in self._skip:
+                continue
+            ok = self._roll(phy, size) if flags & FLAG_ROLL else self.deliver(phy, size, deliver_ms)
+            if not ok:
+                return due[i:]
+            self._mark_done(phy)
+        return []
+
+    def _parked(self, phy: int, size: int) -> Any | None:
+        msg = self.store.look_message_by_offset(phy, size)
+        if msg is None:
+            log.warning("timer: the parked record at %d is gone (retention?); skipped", phy)
+        return msg
+
+    def deliver(self, phy: int, size: int, deliver_ms: int = 0) -> bool:
+        """Re-write the parked record at ``phy`` to its real topic and queue; False if the store refused it."""
+        msg = self._parked(phy, size)
+        if msg is None:
+            return True
+        properties = msg.properties
+        topic = properties.pop(PROPERTY_REAL_TOPIC, None)
+        try:
+            queue_id = int(properties.pop(PROPERTY_REAL_QUEUE_ID, ""))
+        except ValueError:
+            queue_id = -1
+        if not topic or queue_id < 0:
+            log.warning("timer: the record at %d has no REAL_TOPIC/REAL_QID; skipped", phy)
+            return True
+        properties.pop(PROPERTY_TIMER_DELAY_SEC, None)
+        result = self.store.put_message(self._copy(msg, topic, queue_id, properties))
+        if result.status is not PutMessageStatus.PUT_OK:
+            log.warning("timer: delivering the record at %d failed: %s %s", phy, result.status.name, result.remark or "")
+            return False
+        self.delivered += 1
+        if self.lags is not None:
+            self.lags.append(result.append.store_timestamp - deliver_ms)
+        return True
+
+    def _roll(self, phy: int, size: int) -> bool:
+        """Re-append a far-future record so that commit-log retention never removes it before it is due."""
+        msg = self._parked(phy, size)
+        if msg is None:
+            return True
+        result = self.store.put_message(self._copy(msg, TIMER_TOPIC, 0, msg.properties, tags_code=self._deliver_ms(msg)))
+        if result.status is not PutMessageStatus.PUT_OK:
+            return False
+        self.rolled += 1
+        return True
+
+    @staticmethod
+    def _deliver_ms(msg: Any) -> int:
+        try:
+            return int(msg.properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))
+        except ValueError:
+            return 0
+
+    @staticmethod
+    def _copy(msg: Any, topic: str, queue_id: int, properties: dict[str, str], tags_code: int | None = None) -> MessageRecord:
+        return MessageRecord(
+            topic=topic,
+            queue_id=queue_id,
+            body=msg.body,
+            flag=msg.flag,
+            properties=properties,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+            tags_code=tags_code,
+        )
+
+
+TIMER = StateKey[TimerService]("timer")
+
+
+# -- hooks -------------------------------------------------------------------------------------------------------
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_delay_schedulers(kernel: Any) -> list[Any] | None:
+    # called by the broker core from its pyrmq_configure, once its context (and store) exist
+    from pyrmq.plugins.broker.core import BROKER
+
+    ctx = kernel.state.find(BROKER)
+    if ctx is None:
+        return None
+    settings = ctx.settings
+    options = kernel.plugin_settings("pyrmq.plugins.timer")
+    service = TimerService(
+        ctx.store,
+        os.path.join(str(settings.store_root), "timerwheel"),
+        retention_hours=settings.fileReservedTime,
+        flush_interval_s=settings.flushDelayOffsetInterval / 1000,
+        max_delay_days=float(options.get("max_delay_days", MAX_DELAY_DAYS)),
+        deliver=settings.brokerRole != "SLAVE",
+    )
+    kernel.state.put(TIMER, service)
+    return [service]
+
+
+@hookimpl(trylast=True)
+async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
+    service = kernel.state.find(TIMER)
+    if service is not None:
+        await nursery.start(service.run)
+
+
+@hookimpl
+async def pyrmq_unconfigure(kernel: Any) -> None:
+    # before the core (trylast) closes the store
+    service = kernel.state.find(TIMER)
+    if service is not None:
+        service.close()
