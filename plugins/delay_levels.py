@@ -19,6 +19,7 @@ import logging
 import mmap
 import os
 import struct
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -116,6 +117,7 @@ class DelayLevelService:
         self.offsets: dict[int, int] = {}
         self._wake: dict[int, trio.Event] = {}
         self._dirty = False
+        self._persist_lock = threading.Lock()  # the flush thread and a shutdown may overlap
         #: deliveries made since start (for tools and tests)
         self.delivered = 0
 
@@ -173,8 +175,9 @@ class DelayLevelService:
 
     def persist(self) -> None:
         """Write delayOffset.json (every flushDelayOffsetInterval and at shutdown)."""
-        self._dirty = False
-        self.offset_file.save_table(dict(sorted(self.offsets.items())))
+        with self._persist_lock:
+            self._dirty = False
+            self.offset_file.save_table(dict(sorted(self.offsets.items())))
 
     def close(self) -> None:
         if self.progress is not None:

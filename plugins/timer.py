@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import struct
+import threading
 from typing import Any
 
 import attrs
@@ -89,6 +90,7 @@ class TimerService:
         self._skip_until_offset = 0
         self._wake = trio.Event()
         self._changed = False
+        self._write_lock = threading.Lock()  # a snapshot thread and a shutdown may overlap
         self.delivered = 0
         self.rolled = 0
         #: lateness of each delivery in ms (kept only when a list is assigned; the benchmark does)
@@ -206,6 +208,10 @@ class TimerService:
 
     def _write_snapshot(self, data: bytes, gen: int) -> None:
         """Blocking: timer log durable, then the snapshot atomically, then older done files removed."""
+        with self._write_lock:
+            self._write_snapshot_locked(data, gen)
+
+    def _write_snapshot_locked(self, data: bytes, gen: int) -> None:
         self.wheel.fsync()
         path = self.snapshot_path
         tmp = path + ".tmp"
