@@ -65,7 +65,7 @@ Processor = Callable[["Connection", RemotingCommand], Awaitable[Optional[Remotin
 
 RECV_SIZE = 256 * 1024  # read big chunks: a receive per frame costs ~10x in trio (PERFORMANCE.md)
 HIGH_WATER = 4 * 1024 * 1024  # queued output beyond which senders wait for the writer to drain
-FLUSH_EVERY = 16  # responses queued within one received chunk before we send them
+FLUSH_EVERY = 8  # responses queued within one received chunk before we send them (overlap with the peer)
 FLUSH_BYTES = 256 * 1024
 try:
     IOV_MAX = min(os.sysconf("SC_IOV_MAX"), 1024)
