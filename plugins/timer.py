@@ -234,7 +234,8 @@ class TimerService:
     async def _snapshot(self) -> None:
         data, gen, dead = self._prepare_snapshot()
         await trio.to_thread.run_sync(self._write_snapshot, data, gen)
-        self.wheel.delete_segments(dead)
+        if self.wheel is not None:  # (not closed meanwhile)
+            self.wheel.delete_segments(dead)
 
     def close(self) -> None:
         """Final snapshot (shutdown)."""
