@@ -386,3 +386,33 @@ async def test_heartbeat_enums_as_ordinals_are_understood(broker, remoting_clien
     assert (info.consume_type, info.message_model, info.consume_from_where) == ("CONSUME_PASSIVELY", "BROADCASTING", "CONSUME_FROM_FIRST_OFFSET")
     bad = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.HEART_BEAT, {}, b"{not json"))
     assert bad.code == ResponseCode.SYSTEM_ERROR and "HeartbeatData" in bad.remark
+
+
+async def test_sync_flush_answers_after_the_group_commit(start_role, remoting_client):
+    kernel = await start_role("dev", {"broker.flushDiskType": "SYNC_FLUSH"})
+    addr = kernel.listening["broker"]
+    await remoting_client.invoke(addr, create_topic("TS", 1))
+    async with trio.open_nursery() as nursery:
+        results = []
+
+        async def send(i):
+            results.append(await remoting_client.invoke(addr, send_request("TS", f"m{i}".encode(), queue_id=0)))
+
+        for i in range(50):
+            nursery.start_soon(send, i)
+    assert [r.code for r in results] == [ResponseCode.SUCCESS] * 50
+    assert sorted(int(r.ext_fields["queueOffset"]) for r in results) == list(range(50))
+    from pyrmq.plugins.broker.core import BROKER
+
+    store = kernel.state.get(BROKER).store
+    assert store.flushed_phy_offset >= store.max_phy_offset  # acknowledged means on disk
+
+
+async def test_sync_master_without_a_slave_answers_slave_not_available(start_role, remoting_client):
+    kernel = await start_role("dev", {"broker.brokerRole": "SYNC_MASTER"})
+    addr = kernel.listening["broker"]
+    await remoting_client.invoke(addr, create_topic("TM", 1))
+    resp = await remoting_client.invoke(addr, send_request("TM", b"x", queue_id=0))
+    # stored, but not replicated: the status RocketMQ gives a SYNC_MASTER without slaves (spec 2.2, 7.12)
+    assert resp.code == ResponseCode.SLAVE_NOT_AVAILABLE and resp.ext_fields["queueOffset"] == "0"
+    assert decode_messages((await remoting_client.invoke(addr, pull_request("TM", 0, 0))).body_bytes())[0].body == b"x"
