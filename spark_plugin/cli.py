@@ -83,18 +83,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     from .session import spark_session
 
     try:
+        from pyspark.sql import SparkSession
+
+        embedded = SparkSession.getActiveSession() is not None  # called from a program that has a session: keep it
         spark = spark_session(args.master, "pyrmq export", {"spark.ui.enabled": "false", "spark.executor.heartbeatInterval": "2s"})
     except SparkSetupError as exc:
         print(f"pyrmq export: {exc}", file=sys.stderr)
         return 2
-    spark.sparkContext.setLogLevel("ERROR")
+    if not embedded:
+        spark.sparkContext.setLogLevel("ERROR")
     out = None if args.quiet else sys.stderr
     try:
         if args.follow:
             return _follow(spark, args, opts, out)
         return _batch(spark, args, opts, out)
     finally:
-        spark.stop()
+        if not embedded:
+            spark.stop()
 
 
 def _flag_names(text: str) -> str:

@@ -52,8 +52,10 @@ class QueueRangePartition(InputPartition):
         super().__init__(value)
 
 
-def read_range(r: QueueRange, options: ReadOptions, arrow_schema: Any) -> Iterator[Any]:
+def read_range(r: QueueRange | None, options: ReadOptions, arrow_schema: Any) -> Iterator[Any]:
     """The messages of one queue range as Arrow record batches."""
+    if r is None:
+        return  # Spark reads one empty partition when there is nothing to plan
     if r.store_root is not None:
         from .store_reader import StoreReader
 
@@ -143,7 +145,7 @@ class PyrmqBatchReader(DataSourceReader):
         return [QueueRangePartition(r) for r in plan_batch(self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        yield from read_range(partition.value, self.options, _arrow_schema(self.schema))
+        yield from read_range(getattr(partition, "value", None), self.options, _arrow_schema(self.schema))
 
 
 class PyrmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -202,7 +204,7 @@ class PyrmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [QueueRangePartition(r) for r in split(self.options, queues, {k: begin.get(k, 0) for k in stop}, stop)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        yield from read_range(partition.value, self.options, _arrow_schema(self.schema))
+        yield from read_range(getattr(partition, "value", None), self.options, _arrow_schema(self.schema))
 
     def commit(self, end: dict) -> None:
         pass  # offsets live in Spark's checkpoint; nothing to tell the broker
