@@ -161,7 +161,7 @@ class TimerService:
             except WheelCorruptError as exc:
                 log.error("timer snapshot unusable: %s", exc)
         if not restored and os.listdir(log_dir):
-            log.warning("timer: no snapshot in %s; rebuilding the wheel from the %s queue", self.directory, TIMER_TOPIC)
+            log.warning("timer: no snapshot in %s (none written yet, or lost); rebuilding the wheel from the %s queue", self.directory, TIMER_TOPIC)
         # deliveries and rolls made after the snapshot (a crash): skip them while catching up
         for path in self._done_files():
             if self._gen_of(path) >= self._done_gen:
