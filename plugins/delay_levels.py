@@ -300,6 +300,9 @@ def pyrmq_register_delay_schedulers(kernel: Any) -> list[Any] | None:
     ctx = kernel.state.find(BROKER)
     if ctx is None:
         return None
+    existing = kernel.state.find(DELAY_LEVELS)
+    if existing is not None:  # collected again (configuration change): the same service
+        return [existing]
     settings = ctx.settings
     service = DelayLevelService(
         ctx.store,

@@ -93,8 +93,9 @@ class TimerService:
         self._write_lock = threading.Lock()  # a snapshot thread and a shutdown may overlap
         self.delivered = 0
         self.rolled = 0
-        #: lateness of each delivery in ms (kept only when a list is assigned; the benchmark does)
-        self.lags: list[int] | None = None
+        #: lateness in ms of each delivery due at or after ``lags_from_ms`` (only when a list is assigned: benchmarks)
+        self.lags: Any = None
+        self.lags_from_ms = 0
 
     @property
     def clock(self):
@@ -356,7 +357,7 @@ class TimerService:
             log.warning("timer: delivering the record at %d failed: %s %s", phy, result.status.name, result.remark or "")
             return False
         self.delivered += 1
-        if self.lags is not None:
+        if self.lags is not None and deliver_ms >= self.lags_from_ms:
             self.lags.append(result.append.store_timestamp - deliver_ms)
         return True
 
@@ -410,6 +411,9 @@ def pyrmq_register_delay_schedulers(kernel: Any) -> list[Any] | None:
     ctx = kernel.state.find(BROKER)
     if ctx is None:
         return None
+    existing = kernel.state.find(TIMER)
+    if existing is not None:  # collected again (configuration change): the same service
+        return [existing]
     settings = ctx.settings
     options = kernel.plugin_settings("pyrmq.plugins.timer")
     service = TimerService(

@@ -38,6 +38,8 @@ ENTRY = struct.Struct(">qqqii")
 assert ENTRY.size == 32
 SEGMENT_SIZE = 8 * 1024 * 1024
 assert SEGMENT_SIZE % ENTRY.size == 0
+#: buffered entries are written out (to the page cache) at this size, so memory stays flat however many are inserted
+WRITE_BUFFER = 256 * 1024
 
 #: entry flag: not a delivery but a refresh point (re-append the record before commit-log retention removes it)
 FLAG_ROLL = 0x1
@@ -98,6 +100,8 @@ class TimingWheel:
         self.log_end = pos + ENTRY.size
         seg = pos // SEGMENT_SIZE
         self.live[seg] = self.live.get(seg, 0) + 1
+        if len(self._buf) >= WRITE_BUFFER:
+            self.write_out()
 
     # -- log files ---------------------------------------------------------------------------------------------
 
