@@ -23,7 +23,7 @@ from pyrmq.plugins.broker.topics import (
     is_writeable,
     topic_problem,
 )
-from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from pyrmq.store.errors import CorruptRecordError
@@ -112,8 +112,12 @@ class SendProcessor:
             queue_id = self.rng.randrange(config.write_queue_nums)
         return config, queue_id
 
-    def retry_and_dlq(self, header: SendMessageRequestHeader, properties: dict[str, str], queue_id: int) -> tuple[str, int]:
-        """A send to %RETRY%<group> whose reconsume count reached the maximum goes to %DLQ%<group> (spec 7.6)."""
+    def retry_and_dlq(
+        self, header: SendMessageRequestHeader, properties: dict[str, str], queue_id: int, version: int = MQVersion.V3_4_9
+    ) -> tuple[str, int]:
+        """A send to %RETRY%<group> whose reconsume count reached the maximum goes to %DLQ%<group> (spec 7.6).
+
+        The header's maxReconsumeTimes counts from request version 121 (V3_4_9) on, as in handleRetryAndDLQ."""
         topic = header.topic
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             return topic, queue_id
@@ -122,7 +126,7 @@ class SendProcessor:
         if group is None:
             raise SendRejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group_name}")
         max_times = group.retry_max_times
-        if header.max_reconsume_times is not None:
+        if header.max_reconsume_times is not None and version >= MQVersion.V3_4_9:
             max_times = header.max_reconsume_times
         if (header.reconsume_times or 0) >= max_times:
             dlq = DLQ_GROUP_TOPIC_PREFIX + group_name
@@ -194,7 +198,7 @@ class SendProcessor:
         wait = properties.get(PROPERTY_WAIT) != "false"
         if header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE and self.ctx.settings.rejectTransactionMessage:
             raise SendRejected(ResponseCode.NO_PERMISSION, f"the broker[{self.ctx.settings.brokerIP1}] sending transaction message is forbidden")
-        topic, target_queue = self.retry_and_dlq(header, properties, queue_id)
+        topic, target_queue = self.retry_and_dlq(header, properties, queue_id, request.version)
         record = self.record(header, topic, target_queue, request.body_bytes(), properties, born_host)
         if self.ctx.delay_schedulers:
             try:

@@ -207,6 +207,11 @@ async def test_send_back_fallback_and_dlq_tools_over_the_wire(start_role, remoti
     assert r.code == ResponseCode.SUCCESS
     later = await _pull_until(remoting_client, addr, "%RETRY%gw", 1, offset=1)
     assert later[0].body == b"third"
+    # a header maximum from a client older than V3_4_9 (121) is ignored: the group's 16 applies, so no DLQ
+    old_client = _send("%RETRY%gw", b"fourth", dict(props, DELAY="1"), reconsume=3, max_reconsume=2)
+    old_client.version = 100
+    assert (await remoting_client.invoke(addr, old_client)).code == ResponseCode.SUCCESS
+    assert (await _pull_until(remoting_client, addr, "%RETRY%gw", 1, offset=2))[0].body == b"fourth"
     # the DLQ tools, through the name server (the broker registers %DLQ%gw with it shortly)
     with trio.fail_after(10):
         while not (letters := await list_dlq(namesrv, "gw")):
