@@ -62,7 +62,7 @@ def read_range(r: QueueRange | None, options: ReadOptions, arrow_schema: Any) ->
         reader = StoreReader(r.store_root, r.topic, r.queue_id)
         try:
             for cols in reader.read_into(Columns(r.topic, r.broker_name, r.queue_id), r.start, r.end, options.tags, ARROW_BATCH_ROWS):
-                yield cols.to_arrow(arrow_schema)
+                yield cols.to_arrow(arrow_schema, options.tags)
         finally:
             reader.close()
         return
@@ -70,12 +70,12 @@ def read_range(r: QueueRange | None, options: ReadOptions, arrow_schema: Any) ->
     for body, lo, hi in pull_range(
         r.addr, r.topic, r.queue_id, r.start, r.end, subscription=options.subscription, group=options.consumer_group, timeout=options.timeout
     ):
-        cols.add_all(body, lo, hi, options.tags)
+        cols.add_all(body, lo, hi)
         if len(cols) >= ARROW_BATCH_ROWS:
-            yield cols.to_arrow(arrow_schema)
+            yield cols.to_arrow(arrow_schema, options.tags)
             cols = Columns(r.topic, r.broker_name, r.queue_id)
     if len(cols):
-        yield cols.to_arrow(arrow_schema)
+        yield cols.to_arrow(arrow_schema, options.tags)
 
 
 def _arrow_schema(schema: StructType) -> Any:

@@ -109,7 +109,9 @@ class StoreReader:
                 q += 1
 
     def read_into(self, cols: Columns, start: int, end: int, tags: frozenset[str] | None, batch_size: int) -> Iterator[Columns]:
-        """Decode ``[start, end)`` into ``cols``; yield it whenever it holds ``batch_size`` rows (then a fresh one)."""
+        """Decode ``[start, end)`` into ``cols``; yield it whenever it holds ``batch_size`` rows (then a fresh one).
+
+        ``tags`` skips units by their tags code here; the exact tag check is the Arrow filter in ``to_arrow``."""
         tag_codes = None if tags is None else {java_string_hash(t) for t in tags}
         seg_end = -1
         seg_start = 0
@@ -129,7 +131,7 @@ class StoreReader:
                 seg_start, view, seg_size = found
                 seg_end = seg_start + seg_size
             try:
-                _, qoff = cols.add(view, phy - seg_start, q, q + 1, tags)
+                _, qoff = cols.add(view, phy - seg_start, q, q + 1)
             except RecordError as exc:
                 raise StoreReadError(f"{self.topic} queue {self.queue_id} offset {q}: {exc} in {self.root!r}") from None
             if qoff != q:
