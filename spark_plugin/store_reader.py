@@ -19,6 +19,7 @@ from .records import Columns, RecordError
 
 UNIT = CQ_UNIT.size
 BLANK_SIZE = 0x7FFFFFFF
+_MAX_RUN = 4 * 1024 * 1024  # bytes copied out of the mmap at once
 
 
 class StoreReadError(RuntimeError):
@@ -111,36 +112,48 @@ class StoreReader:
     def read_into(self, cols: Columns, start: int, end: int, tags: frozenset[str] | None, batch_size: int) -> Iterator[Columns]:
         """Decode ``[start, end)`` into ``cols``; yield it whenever it holds ``batch_size`` rows (then a fresh one).
 
-        ``tags`` skips units by their tags code here; the exact tag check is the Arrow filter in ``to_arrow``."""
+        ``tags`` skips units by their tags code here; the exact tag check is the Arrow filter in ``to_arrow``.
+        Units whose records follow each other in the commit log (a producer's batch lands as one run) are copied
+        out of the mmap as one chunk and decoded like a pull body."""
         tag_codes = None if tags is None else {java_string_hash(t) for t in tags}
-        seg_end = -1
-        seg_start = 0
-        view: memoryview | None = None
+        run_q = run_start = run_end = -1
+        run_n = 0
         for q, phy, size, tags_code in self.units(start, end):
             if size == BLANK_SIZE:
                 continue  # filler before a queue's first real unit
             if tag_codes is not None and tags_code not in tag_codes:
                 continue
-            if not (seg_start <= phy and phy + size <= seg_end):
-                found = self.commit_log.find(phy)
-                if found is None:
-                    raise StoreReadError(
-                        f"{self.topic} queue {self.queue_id} offset {q}: commit-log offset {phy} is not in {self.root!r} "
-                        "(deleted by retention, or not this broker's store)"
-                    )
-                seg_start, view, seg_size = found
-                seg_end = seg_start + seg_size
-            try:
-                _, qoff = cols.add(view, phy - seg_start, q, q + 1)
-            except RecordError as exc:
-                raise StoreReadError(f"{self.topic} queue {self.queue_id} offset {q}: {exc} in {self.root!r}") from None
-            if qoff != q:
-                raise StoreReadError(
-                    f"option 'storePath': the record for {self.topic} queue {self.queue_id} offset {q} in {self.root!r} "
-                    f"has queue offset {qoff}: is this the store of the broker that serves the queue?"
-                )
-            if len(cols) >= batch_size:
-                yield cols
-                cols = Columns(cols.topic, cols.broker_name, cols.queue_id)
+            if run_n and phy == run_end and run_q + run_n == q and run_end + size - run_start <= _MAX_RUN:
+                run_end += size
+                run_n += 1
+                continue
+            if run_n:
+                self._decode_run(cols, run_q, run_n, run_start, run_end)
+                if len(cols) >= batch_size:
+                    yield cols
+                    cols = Columns(cols.topic, cols.broker_name, cols.queue_id)
+            run_q, run_start, run_end, run_n = q, phy, phy + size, 1
+        if run_n:
+            self._decode_run(cols, run_q, run_n, run_start, run_end)
         if len(cols):
             yield cols
+
+    def _decode_run(self, cols: Columns, first_q: int, count: int, start: int, end: int) -> None:
+        found = self.commit_log.find(start)
+        if found is None or end > found[0] + found[2]:
+            raise StoreReadError(
+                f"{self.topic} queue {self.queue_id} offset {first_q}: commit-log offset {start} is not in {self.root!r} "
+                "(deleted by retention, or not this broker's store)"
+            )
+        seg_start, view, _ = found
+        chunk = bytes(view[start - seg_start : end - seg_start])
+        before = len(cols)
+        try:
+            cols.add_all(chunk, first_q, first_q + count)
+        except RecordError as exc:
+            raise StoreReadError(f"{self.topic} queue {self.queue_id} offset {first_q}: {exc} in {self.root!r}") from None
+        if len(cols) - before != count:
+            raise StoreReadError(
+                f"option 'storePath': the records for {self.topic} queue {self.queue_id} offsets {first_q}..{first_q + count - 1} "
+                f"are not in {self.root!r} where its consume queue points: is this the store of the broker that serves the queue?"
+            )
