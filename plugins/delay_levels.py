@@ -241,16 +241,23 @@ class DelayLevelService:
                     if deliver_ms > now:
                         wait_s = (deliver_ms - now) / 1000
                         break
-                    if not self.deliver(phy, size, level):
+                    msg = store.look_message_by_offset(phy, size)
+                    # the tags code was computed just before the append: a millisecond before the store time Java
+                    # adds the delay to; never deliver earlier than store time + delay
+                    if msg is not None and now < msg.store_timestamp + delay <= now + delay:
+                        wait_s = (msg.store_timestamp + delay - now) / 1000
+                        break
+                    if not self.deliver(phy, size, level, msg):
                         wait_s = RETRY_AFTER_S
                         break
                 offset += 1
                 self._advance(level, offset)
             await trio.sleep(wait_s)
 
-    def deliver(self, phy: int, size: int, level: int = 0) -> bool:
+    def deliver(self, phy: int, size: int, level: int = 0, msg: Any = None) -> bool:
         """Re-write the parked record at ``phy`` to its real topic and queue; False if the store refused it."""
-        msg = self.store.look_message_by_offset(phy, size)
+        if msg is None:
+            msg = self.store.look_message_by_offset(phy, size)
         if msg is None:
             log.warning("delay level %d: the record at %d is gone (retention?); skipped", level, phy)
             return True

@@ -91,6 +91,7 @@ class TimerService:
         self._wake = trio.Event()
         self._changed = False
         self._write_lock = threading.Lock()  # a snapshot thread and a shutdown may overlap
+        self._written_gen = -1
         self.delivered = 0
         self.rolled = 0
         #: lateness in ms of each delivery due at or after ``lags_from_ms`` (only when a list is assigned: benchmarks)
@@ -207,47 +208,50 @@ class TimerService:
         self._changed = False
         return data, self._done_gen, dead
 
-    def _write_snapshot(self, data: bytes, gen: int) -> None:
+    def _write_snapshot(self, data: bytes, gen: int, wheel: TimingWheel) -> None:
         """Blocking: timer log durable, then the snapshot atomically, then older done files removed."""
         with self._write_lock:
-            self._write_snapshot_locked(data, gen)
-
-    def _write_snapshot_locked(self, data: bytes, gen: int) -> None:
-        self.wheel.fsync()
-        path = self.snapshot_path
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(path):
-            os.replace(path, path + ".bak")
-        os.replace(tmp, path)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        for old in self._done_files():
-            if self._gen_of(old) < gen:
-                os.unlink(old)
+            if gen <= self._written_gen:
+                return  # a newer one (the shutdown's) is already durable
+            wheel.fsync()
+            path = self.snapshot_path
+            tmp = path + ".tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if os.path.exists(path):
+                os.replace(path, path + ".bak")
+            os.replace(tmp, path)
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            for old in self._done_files():
+                if self._gen_of(old) < gen:
+                    os.unlink(old)
+            self._written_gen = gen
 
     async def _snapshot(self) -> None:
+        wheel = self.wheel
         data, gen, dead = self._prepare_snapshot()
-        await trio.to_thread.run_sync(self._write_snapshot, data, gen)
+        await trio.to_thread.run_sync(self._write_snapshot, data, gen, wheel)
         if self.wheel is not None:  # (not closed meanwhile)
             self.wheel.delete_segments(dead)
 
     def close(self) -> None:
         """Final snapshot (shutdown)."""
-        if self.wheel is None:
+        wheel = self.wheel
+        if wheel is None:
             return
         data, gen, dead = self._prepare_snapshot()
-        self._write_snapshot(data, gen)
-        self.wheel.delete_segments(dead)
-        self.wheel.close()
-        os.close(self._done_fd)
-        self.wheel = None
+        self._write_snapshot(data, gen, wheel)
+        with self._write_lock:
+            wheel.delete_segments(dead)
+            wheel.close()
+            os.close(self._done_fd)
+            self.wheel = None
 
     # -- service -----------------------------------------------------------------------------------------------
 
