@@ -241,9 +241,10 @@ def pyrmq_register_delay_schedulers(kernel: Kernel) -> Sequence[DelayScheduler] 
 
     Called once by the broker at role start; the send path keeps the collected list and, for each message, calls
     ``scheduler.redirect(record)`` on the first scheduler whose ``property_keys`` the message carries (``DELAY`` for
-    the 18 levels, ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` for the timing wheel). ``redirect`` returns the record
-    to store instead (e.g. under ``SCHEDULE_TOPIC_XXXX``) or None to store it unchanged. The scheduler's own service
-    (started from ``pyrmq_serve``) delivers due messages to their real topic.
+    the 18 levels, ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` for the timing wheel); the first in registration order
+    decides. ``redirect`` returns the record to store instead (e.g. under ``SCHEDULE_TOPIC_XXXX``) or None to store
+    it unchanged, and raises ValueError for a property value it cannot honour (the send is answered MESSAGE_ILLEGAL
+    with that text). The scheduler's own service (started from ``pyrmq_serve``) delivers due messages.
     """
 
 

@@ -62,7 +62,9 @@ class DelayScheduler(Protocol):
 
     property_keys: frozenset[str]
 
-    def redirect(self, record: Any) -> Any | None: ...
+    def redirect(self, record: Any) -> Any | None:
+        """The record to store instead, None to store it unchanged; ValueError for a bad property value."""
+        ...
 
 
 class TransactionDecision(enum.IntEnum):
