@@ -39,10 +39,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_broker(store: str) -> tuple[subprocess.Popen, str, str]:
+def start_broker(store: str, pull_cap: int | None) -> tuple[subprocess.Popen, str, str]:
     ns, port = free_port(), free_port()
+    extra = []
+    if pull_cap:
+        extra = ["--set", f"broker.maxTransferCountOnMessageInMemory={pull_cap}",
+                 "--set", f"broker.maxTransferBytesOnMessageInMemory={pull_cap * 1100}"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyrmq", "dev", "--namesrv-port", str(ns), "--port", str(port), "--store-dir", store],
+        [sys.executable, "-m", "pyrmq", "dev", "--namesrv-port", str(ns), "--port", str(port), "--store-dir", store, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1"),
     )
     line = proc.stdout.readline() if proc.stdout else ""
@@ -116,11 +120,13 @@ def main() -> None:
     ap.add_argument("--count", type=int, default=1_000_000, help="messages of 1 KiB (default 1,000,000)")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--pull-cap", type=int, metavar="N", help="start the broker with maxTransferCountOnMessageInMemory=N "
+                    "(and room for N x 1 KiB per pull); default: the broker's defaults (32 messages, 256 KiB)")
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="pyrmq-spark-bench-")
     store = os.path.join(work, "store")
-    proc, namesrv, addr = start_broker(store)
+    proc, namesrv, addr = start_broker(store, args.pull_cap)
     topic = "SparkBench"
     try:
         create_topic(namesrv, addr, topic)
@@ -157,7 +163,8 @@ def main() -> None:
 
         mb = args.count * BODY_SIZE / 1e6
         print()
-        print(f"{args.count:,} messages x {BODY_SIZE} B, {args.master}, {os.cpu_count()} CPUs")
+        cap = f"broker pull cap {args.pull_cap} messages" if args.pull_cap else "broker pull cap 32 messages (default)"
+        print(f"{args.count:,} messages x {BODY_SIZE} B, {args.master}, {os.cpu_count()} CPUs, {cap}")
         print(f"| {'measurement':<42} | {'seconds':>8} | {'messages/s':>11} | {'MB/s':>7} |")
         print(f"|{'-' * 44}|{'-' * 10}|{'-' * 13}|{'-' * 9}|")
         for label, dt in results.items():

@@ -5,9 +5,10 @@ remoting layer directly: routes (GET_ROUTEINFO_BY_TOPIC 105, spec 4.1), queue of
 SEARCH_OFFSET_BY_TIMESTAMP 29, spec 7.13), pulls (PULL_MESSAGE 11, spec 3.3/3.4) and batched sends
 (SEND_BATCH_MESSAGE 320, spec 5.8).
 
-Pulls are pipelined: a broker answers at most 32 messages per pull (``maxTransferCountOnMessageInMemory``), so one
-pull in flight would cap a partition at 32 messages per round trip. :func:`pull_range` keeps a window of pulls in
-flight at speculative offsets and keeps only what continues the range in order (see ``_PullWindow``).
+Pulls are pipelined: a broker answers at most 32 messages per pull by default (``maxTransferCountOnMessageInMemory``),
+so one pull in flight would cap a partition at 32 messages per round trip. :func:`pull_range` learns the broker's
+cap from its first answer, keeps a window of pulls in flight at speculative offsets and keeps only what continues
+the range in order (see ``_pull_loop``).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ log = logging.getLogger("pyrmq.spark")
 PERM_WRITE = 0x2
 PERM_READ = 0x4
 FLAG_SUBSCRIPTION = 0x4
-PULL_BATCH = 32  # the broker's per-pull cap (maxTransferCountOnMessageInMemory)
+PULL_BATCH = 32  # a broker's default per-pull cap (maxTransferCountOnMessageInMemory)
+PULL_MAX = 1024  # the most a pull asks for (a Java consumer's pullBatchSize limit)
 PULL_WINDOW = 16
 
 
@@ -282,28 +284,36 @@ async def _pull_loop(
     out: queue.Queue, stop: threading.Event, addr: str, topic: str, queue_id: int, start: int, end: int,
     subscription: str, group: str, timeout: float, window: int,
 ) -> None:
+    # Speculative pipelining: pull k asks for ``stride`` messages at ``start + k * stride``. Without a filter a
+    # broker returns exactly what is asked up to its per-pull cap (count, bytes), so ``stride`` is learned from the
+    # first answer (asked for PULL_MAX) and lowered when an answer comes back short. With a filter the answer
+    # covers the entries it scanned, so the stride follows the last scan length. Only answers that continue the
+    # range in order are used; anything else restarts the window at the first missing offset.
+    filtered = subscription.strip() not in ("", "*")
     async with RemotingClient(name="pyrmq-spark-pull") as client:
         pos = start  # everything below pos has been handed out
         next_req = start
-        stride = PULL_BATCH
-        inflight: list[tuple[int, Any]] = []  # (request offset, result box) in request order
+        stride = PULL_MAX
+        learned = False
+        inflight: list[tuple[int, int, Any]] = []  # (request offset, asked count, result box) in request order
         retries = 0
 
-        async def fetch(offset: int, box: dict) -> None:
+        async def fetch(offset: int, count: int, box: dict) -> None:
             try:
-                box["resp"] = await client.invoke(addr, pull_request(topic, queue_id, offset, PULL_BATCH, subscription, group), timeout)
+                box["resp"] = await client.invoke(addr, pull_request(topic, queue_id, offset, count, subscription, group), timeout)
             except BaseException as exc:  # noqa: BLE001 - delivered in order to the loop below
                 box["error"] = exc
             box["done"].set()
 
         async with trio.open_nursery() as nursery:
             while pos < end and not stop.is_set():
-                while len(inflight) < window and next_req < end:
+                while len(inflight) < (window if learned else 1) and next_req < end:
                     box: dict = {"done": trio.Event()}
-                    nursery.start_soon(fetch, next_req, box)
-                    inflight.append((next_req, box))
-                    next_req += stride
-                req, box = inflight.pop(0)
+                    count = min(stride, end - next_req, PULL_MAX)
+                    nursery.start_soon(fetch, next_req, count, box)
+                    inflight.append((next_req, count, box))
+                    next_req += count
+                req, asked, box = inflight.pop(0)
                 await box["done"].wait()
                 if "error" in box:
                     err = box["error"]
@@ -316,7 +326,7 @@ async def _pull_loop(
                     raise BrokerError(f"{addr}: pull of {topic} queue {queue_id} at {req} failed: {err}") from err
                 resp = box["resp"]
                 if req > pos:
-                    # a gap: the previous pull stopped short (bytes cap); restart the window at pos
+                    # a gap: an earlier answer stopped short; restart the window at pos
                     inflight.clear()
                     next_req = pos
                     continue
@@ -325,9 +335,8 @@ async def _pull_loop(
                 if code == ResponseCode.SUCCESS:
                     if not await _put(out, stop, (resp.body_bytes(), pos, end)):
                         return
-                    stride = max(PULL_BATCH, nxt - req)
                 elif code == ResponseCode.PULL_RETRY_IMMEDIATELY:
-                    stride = max(PULL_BATCH, nxt - req)  # scanned entries without a matching tag
+                    pass  # scanned entries without a matching tag
                 elif code == ResponseCode.PULL_OFFSET_MOVED:
                     if nxt > pos:
                         log.warning("%s queue %d: offsets [%d, %d) are gone from broker %s (retention); skipping", topic, queue_id, pos, nxt, addr)
@@ -339,10 +348,23 @@ async def _pull_loop(
                     raise BrokerError(f"{addr}: pull of {topic} queue {queue_id} at {req}: code {code} {resp.remark}")
                 if nxt <= req:
                     raise BrokerError(f"{addr}: pull of {topic} queue {queue_id} at {req} made no progress (nextBeginOffset {nxt})")
+                got = nxt - req
+                if filtered:
+                    stride = max(PULL_BATCH, min(got, PULL_MAX))
+                    learned = True
+                elif got < asked and nxt < end and code == ResponseCode.SUCCESS:
+                    stride = got  # the broker's per-pull cap
+                    learned = True
+                elif not learned and req + asked >= end:
+                    learned = True
+                elif not learned:
+                    stride = asked  # the broker gave all it was asked: a cap of at least PULL_MAX
+                    learned = True
                 pos = max(pos, nxt)
                 retries = 0
-                if next_req < pos:
-                    # the broker scanned past the speculative offsets (filtered reads): drop the stale ones
+                if next_req < pos or nxt < req + asked:
+                    # the broker scanned past the speculative offsets (filtered reads), or answered short of the
+                    # next one (its cap): the pulls in flight no longer continue the range
                     inflight.clear()
                     next_req = pos
             nursery.cancel_scope.cancel()
