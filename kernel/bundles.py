@@ -379,7 +379,8 @@ def load_bundle(path_or_name: str | os.PathLike[str]) -> Bundle:
     """Load a bundle from a TOML path, a RocketMQ ``broker.conf``, or the name of a packaged bundle (``dev``)."""
     text = str(path_or_name)
     path = Path(text)
-    if not path.exists() and not any(sep in text for sep in "/\\") and not text.endswith((".toml", ".conf")):
+    # is_file, not exists: a bundle name such as "client" must not pick up the client/ folder of the current directory
+    if not path.is_file() and not any(sep in text for sep in "/\\") and not text.endswith((".toml", ".conf")):
         path = packaged_bundle_path(text)
         if not path.exists():
             shipped = sorted(p.stem for p in path.parent.glob("*.toml"))

@@ -98,7 +98,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["broker.listenPort"] = args.port
     bundle = bundle.with_overrides(overrides)
-    return _serve_bundle(bundle, args)
+    on_ready = None
+    if getattr(args, "demo", False):
+        from pyrmq.client import demo  # the client library shows messages flowing once the roles are up
+
+        on_ready = demo.run_demo
+    return _serve_bundle(bundle, args, on_ready=on_ready)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -149,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store-dir", metavar="DIR", help="store root directory (default ./.pyrmq)")
     p.add_argument("--namesrv-port", type=int, help="name server port (default 9876)")
     p.add_argument("--port", type=int, help="broker port (default 10911)")
+    p.add_argument("--demo", action="store_true", help="once up, send and receive a few messages with the client library")
     p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", help="override a setting (repeatable)")
     p.set_defaults(func=cmd_dev)
 

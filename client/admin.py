@@ -1,0 +1,320 @@
+"""Administration (Java ``DefaultMQAdminExt``, what ``mqadmin`` uses; spec 2.1, 3.9, 4.5, 5.9).
+
+    async with Admin("127.0.0.1:9876") as admin:
+        await admin.create_topic("Orders", queue_nums=8)
+        for row in await admin.group_progress("billing"):
+            print(row.topic, row.queue_id, row.lag)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+import trio
+
+from pyrmq.client import api
+from pyrmq.client.config import ClientConfig, check_name
+from pyrmq.client.errors import BrokerError, ClientError, TopicNotFoundError
+from pyrmq.client.instance import AUTO_CREATE_TOPIC_KEY, ClientInstance
+from pyrmq.client.message import MessageExt, MessageQueue
+from pyrmq.client.route import PERM_READ, PERM_WRITE, BrokerData, TopicRoute
+from pyrmq.client.service import ClientService
+from pyrmq.remoting import fastjson
+from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.errors import RemotingError
+from pyrmq.store.format import decode_message_id
+
+__all__ = ["Admin", "ClusterInfo", "BrokerInfo", "QueueProgress", "SYSTEM_TOPIC_PREFIXES"]
+
+#: names the broker creates for itself; ``topic list`` marks them
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY, "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
+                           "SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC"})
+
+
+def is_system_topic(topic: str, cluster_or_broker_names: Iterable[str] = ()) -> bool:
+    """Built-in topics: TBW102 and friends, retry/DLQ topics, and those named after a cluster or broker (spec 6.6)."""
+    names = set(cluster_or_broker_names)
+    return (topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES) or topic in names
+            or (topic.endswith("_REPLY_TOPIC") and topic[: -len("_REPLY_TOPIC")] in names))
+
+
+@attrs.frozen
+class ClusterInfo:
+    """GET_BROKER_CLUSTER_INFO: brokers by name and broker names by cluster."""
+
+    brokers: dict[str, BrokerData]
+    clusters: dict[str, list[str]]
+
+    def masters(self, cluster: str | None = None) -> list[tuple[str, str]]:
+        """``(broker name, master address)`` of a cluster (or of every cluster)."""
+        names = self.clusters.get(cluster, []) if cluster else sorted(self.brokers)
+        out = []
+        for name in sorted(names):
+            b = self.brokers.get(name)
+            if b is not None and b.master:
+                out.append((name, b.master))
+        return out
+
+    def name_of(self, addr: str) -> str:
+        for name, b in self.brokers.items():
+            if addr in b.addrs.values():
+                return name
+        return ""
+
+
+@attrs.frozen
+class BrokerInfo:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+    version: str = ""
+    max_offset: int = -1
+    error: str = ""
+
+
+@attrs.frozen
+class QueueProgress:
+    """One queue of a consumer group's progress (mqadmin consumerProgress)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+
+    @property
+    def lag(self) -> int:
+        return max(self.broker_offset - self.consumer_offset, 0)
+
+
+class Admin(ClientService):
+    def __init__(
+        self,
+        namesrv: str | Iterable[str] | None = None,
+        *,
+        config: ClientConfig | None = None,
+        instance: ClientInstance | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        if config is None and instance is None:
+            config = ClientConfig(namesrv_addr=namesrv, api_timeout=timeout)
+        super().__init__(instance, config)
+        self.timeout = timeout
+
+    async def _namesrv(self, code: int, ext: dict[str, Any] | None = None, name: str = "") -> RemotingCommand:
+        response = await self.instance.invoke_namesrv(RemotingCommand.request(code, ext or {}), self.timeout)
+        if response.code != ResponseCode.SUCCESS:
+            raise BrokerError(response.code, response.remark, "name server", name or RequestCode(code).name)
+        return response
+
+    async def _broker(self, addr: str, code: int, ext: dict[str, Any] | None = None, *, body: bytes = b"",
+                      ok: Iterable[int] = (0,)) -> RemotingCommand:
+        request = RemotingCommand.request(code, ext or {}, body)
+        return await self.instance.invoke_broker(addr, request, self.timeout, ok=ok)
+
+    # -- clusters --------------------------------------------------------------------------------------------
+
+    async def cluster_info(self) -> ClusterInfo:
+        self._check_started()
+        data = fastjson.loads((await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)).body_bytes())
+        brokers = {}
+        for name, b in (data.get("brokerAddrTable") or {}).items():
+            addrs = {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()}
+            brokers[str(name)] = BrokerData(str(b.get("cluster", "")), str(name), addrs)
+        clusters = {str(c): sorted(str(n) for n in names) for c, names in (data.get("clusterAddrTable") or {}).items()}
+        return ClusterInfo(brokers, clusters)
+
+    async def list_clusters(self) -> list[BrokerInfo]:
+        """Every broker of every cluster with its version and commit-log size (mqadmin clusterList)."""
+        info = await self.cluster_info()
+        rows: list[BrokerInfo] = []
+
+        async def one(cluster: str, name: str, broker_id: int, addr: str) -> None:
+            try:
+                resp = await self._broker(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+                table = (fastjson.loads(resp.body_bytes()) or {}).get("table") or {}
+                rows.append(BrokerInfo(cluster, name, broker_id, addr, str(table.get("brokerVersionDesc", "")),
+                                       int(table.get("commitLogMaxOffset", -1))))
+            except (RemotingError, BrokerError, ValueError) as exc:
+                rows.append(BrokerInfo(cluster, name, broker_id, addr, error=str(exc)))
+
+        async with trio.open_nursery() as nursery:
+            for cluster, names in info.clusters.items():
+                for name in names:
+                    broker = info.brokers.get(name)
+                    for broker_id, addr in sorted((broker.addrs if broker else {}).items()):
+                        nursery.start_soon(one, cluster, name, broker_id, addr)
+        return sorted(rows, key=lambda r: (r.cluster, r.broker_name, r.broker_id))
+
+    async def _masters(self, cluster: str | None = None, broker_addr: str | None = None) -> list[tuple[str, str]]:
+        info = await self.cluster_info()
+        if broker_addr:
+            return [(info.name_of(broker_addr), broker_addr)]
+        if cluster and cluster not in info.clusters:
+            raise ClientError(f"no cluster named {cluster!r}; clusters: {', '.join(sorted(info.clusters)) or 'none'}")
+        masters = info.masters(cluster)
+        if not masters:
+            raise ClientError("no broker is registered with the name server")
+        return masters
+
+    # -- topics ----------------------------------------------------------------------------------------------
+
+    async def create_topic(
+        self,
+        topic: str,
+        queue_nums: int = 8,
+        *,
+        read_queue_nums: int | None = None,
+        write_queue_nums: int | None = None,
+        perm: int = PERM_READ | PERM_WRITE,
+        order: bool = False,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_TOPIC on every master of ``cluster`` (default: every cluster) or one broker; returns
+        the broker names updated. Creating an existing topic updates its queue counts and permission."""
+        self._check_started()
+        check_name("topic", topic)
+        ext = {
+            "topic": topic, "defaultTopic": AUTO_CREATE_TOPIC_KEY,
+            "readQueueNums": read_queue_nums or queue_nums, "writeQueueNums": write_queue_nums or queue_nums,
+            "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "true" if order else "false",
+        }
+        done = []
+        for name, addr in await self._masters(cluster, broker_addr):
+            await self._broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, dict(ext))
+            done.append(name or addr)
+        self.instance.routes.pop(topic, None)
+        return done
+
+    async def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
+        """DELETE_TOPIC_IN_BROKER on the masters, then DELETE_TOPIC_IN_NAMESRV on every name server."""
+        self._check_started()
+        done = []
+        for name, addr in await self._masters(cluster):
+            await self._broker(addr, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+            done.append(name)
+        for addr in self.instance.config.namesrv_addr:
+            try:
+                await self.instance.invoke_broker(
+                    addr, RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": topic}), self.timeout
+                )
+            except (RemotingError, BrokerError):
+                pass
+        self.instance.routes.pop(topic, None)
+        return done
+
+    async def list_topics(self) -> list[str]:
+        self._check_started()
+        data = fastjson.loads((await self._namesrv(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body_bytes())
+        return sorted(str(t) for t in data.get("topicList") or ())
+
+    async def topic_route(self, topic: str) -> TopicRoute:
+        self._check_started()
+        route = await self.instance.fetch_route(topic)
+        if route is None:
+            raise TopicNotFoundError(topic)
+        return route
+
+    async def topic_stats(self, topic: str) -> list[tuple[MessageQueue, int, int, int]]:
+        """``(queue, min offset, max offset, last update ms)`` per queue (GET_TOPIC_STATS_INFO, mqadmin topicStatus)."""
+        route = await self.topic_route(topic)
+        rows = []
+        for b in route.broker_datas:
+            if not b.master:
+                continue
+            resp = await self._broker(b.master, RequestCode.GET_TOPIC_STATS_INFO, {"topic": topic})
+            table = (fastjson.loads(resp.body_bytes()) or {}).get("offsetTable") or {}
+            for key, value in table.items():
+                rows.append((MessageQueue.from_json(key), int(value.get("minOffset", 0)), int(value.get("maxOffset", 0)),
+                             int(value.get("lastUpdateTimestamp", 0))))
+        return sorted(rows)
+
+    # -- groups ----------------------------------------------------------------------------------------------
+
+    async def group_progress(self, group: str, topic: str | None = None) -> list[QueueProgress]:
+        """Per queue: broker offset, committed consumer offset and lag (GET_CONSUME_STATS on every master)."""
+        self._check_started()
+        rows: list[QueueProgress] = []
+        ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+        for _name, addr in await self._masters():
+            resp = await self._broker(addr, RequestCode.GET_CONSUME_STATS, ext)
+            table = (fastjson.loads(resp.body_bytes()) or {}).get("offsetTable") or {}
+            for key, value in table.items():
+                mq = MessageQueue.from_json(key)
+                rows.append(QueueProgress(mq.topic, mq.broker_name, mq.queue_id, int(value.get("brokerOffset", 0)),
+                                          int(value.get("consumerOffset", 0)), int(value.get("lastTimestamp", 0))))
+        return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
+
+    async def reset_offset(self, group: str, topic: str, timestamp_ms: int, *, force: bool = True) -> dict[MessageQueue, int]:
+        """Move ``group``'s committed offsets on ``topic`` to the messages stored at ``timestamp_ms``
+        (INVOKE_BROKER_TO_RESET_OFFSET, 222; -1 = the end). Running consumers of the group pick it up when the
+        broker tells them; otherwise restart them."""
+        self._check_started()
+        route = await self.topic_route(topic)
+        out: dict[MessageQueue, int] = {}
+        for b in route.broker_datas:
+            if not b.master:
+                continue
+            resp = await self._broker(
+                b.master, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                {"topic": topic, "group": group, "timestamp": timestamp_ms, "isForce": "true" if force else "false"},
+            )
+            data = fastjson.loads(resp.body_bytes()) if resp.body else {}
+            for key, value in (data.get("offsetTable") or {}).items():
+                out[MessageQueue.from_json(key)] = int(value)
+        return dict(sorted(out.items()))
+
+    # -- messages --------------------------------------------------------------------------------------------
+
+    async def query_message_by_key(
+        self, topic: str, key: str, *, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None
+    ) -> list[MessageExt]:
+        """QUERY_MESSAGE (12) on every master of the topic; keeps the messages whose KEYS include ``key``."""
+        found = await self._query(topic, key, max_num, begin_ms, end_ms, unique=False)
+        return [m for m in found if key in m.keys][:max_num]
+
+    async def query_message_by_unique_key(self, topic: str, uniq_key: str) -> list[MessageExt]:
+        found = await self._query(topic, uniq_key, 32, 0, None, unique=True)
+        return [m for m in found if m.uniq_key == uniq_key]
+
+    async def _query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int | None, *, unique: bool) -> list[MessageExt]:
+        self._check_started()
+        route = await self.topic_route(topic)
+        out: dict[tuple[str, int], MessageExt] = {}
+        for b in route.broker_datas:
+            if not b.master:
+                continue
+            for m in await api.query_message(self.instance, b.master, topic, key, max_num=max_num, begin_ms=begin_ms,
+                                             end_ms=end_ms, unique_key=unique, broker_name=b.broker_name):
+                out[(m.store_host[0] + str(m.store_host[1]), m.commit_log_offset)] = m
+        return sorted(out.values(), key=lambda m: (m.store_timestamp, m.broker_name, m.queue_offset))
+
+    async def query_message_by_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
+        """By offset message id (VIEW_MESSAGE_BY_ID on the broker the id names, spec 5.9); when that fails and a
+        topic is given, by client id (UNIQ_KEY) through the index."""
+        self._check_started()
+        error: Exception | None = None
+        try:
+            ip, port, offset = decode_message_id(msg_id)
+        except ValueError as exc:
+            error = exc
+        else:
+            addr = f"{ip}:{port}"
+            try:
+                info = await self.cluster_info()
+                return await api.view_message(self.instance, addr, offset, info.name_of(addr))
+            except (RemotingError, BrokerError) as exc:
+                error = exc
+        if topic:
+            found = await self.query_message_by_unique_key(topic, msg_id)
+            if found:
+                return found[0]
+        hint = "" if topic else " (give the topic to look it up as a client message id / UNIQ_KEY)"
+        raise ClientError(f"message {msg_id} not found: {error}{hint}")

@@ -1,0 +1,279 @@
+"""Running the listener: concurrently with a bounded number of workers, or orderly one message at a time per queue
+(Java ``ConsumeMessageConcurrentlyService`` / ``ConsumeMessageOrderlyService``; spec 7.5-7.7).
+
+A listener is ``async def`` (awaited in a worker task) or a plain function (run in a worker thread, one thread
+hop per pulled batch). It returns None/True/``ConsumeResult.SUCCESS`` for success; raising, returning False or
+``ConsumeResult.RECONSUME_LATER`` asks for the message again:
+
+* concurrently, clustering: the message goes back to the broker (CONSUMER_SEND_MSG_BACK) whose retry topic
+  redelivers it later with ``reconsume_times`` raised; if that request fails the client sends the message to
+  ``%RETRY%<group>`` itself (spec 7.6); if that fails too it is consumed again here after 5 s;
+* concurrently, broadcasting: dropped (logged), as in Java;
+* orderly: retried locally after ``suspend_ms`` (1 s) without skipping; with a finite ``max_reconsume_times`` a
+  message that keeps failing ends in the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from pyrmq.client import api
+from pyrmq.client.consumer import RETRY_TOPIC_PREFIX, ConsumeResult
+from pyrmq.client.message import (
+    CLUSTER,
+    CONSUME_START_TIME,
+    DELAY,
+    MAX_OFFSET,
+    MAX_RECONSUME_TIMES,
+    MIN_OFFSET,
+    ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME,
+    RETRY_TOPIC,
+    SYSTEM_PROPERTIES,
+    Message,
+    MessageExt,
+    MessageQueue,
+)
+from pyrmq.client.process_queue import ProcessQueue
+
+if TYPE_CHECKING:  # pragma: no cover
+    from pyrmq.client.push_consumer import PushConsumer
+
+__all__ = ["ConcurrentConsumeService", "OrderlyConsumeService", "ConsumeAbandoned", "is_async_listener"]
+
+log = logging.getLogger("pyrmq.client.consume")
+
+Listener = Callable[[MessageExt], Any]
+RETRY_LOCAL_DELAY = 5.0
+
+
+class ConsumeAbandoned(Exception):
+    """Raised by a listener that never got to the message (the consumer is stopping): neither consumed nor failed,
+    so its offset is not committed and it is not sent back."""
+
+
+def is_async_listener(listener: Any) -> bool:
+    return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(getattr(listener, "__call__", None))
+
+
+def _ok(value: Any) -> bool:
+    return value is None or value is True or value is ConsumeResult.SUCCESS
+
+
+class _Base:
+    def __init__(self, consumer: PushConsumer, listener: Listener, workers: int) -> None:
+        self.consumer = consumer
+        self.listener = listener
+        self.is_async = is_async_listener(listener)
+        self.workers = max(1, workers)
+        self.limiter = trio.CapacityLimiter(self.workers)
+        group = consumer.group
+        self._retry_topic = RETRY_TOPIC_PREFIX + group
+
+    def restore(self, msg: MessageExt) -> None:
+        """A message redelivered from %RETRY%<group> shows its original topic (Java resetRetryAndNamespace)."""
+        if msg.topic == self._retry_topic:
+            original = msg.properties.get(RETRY_TOPIC)
+            if original:
+                msg.topic = original
+
+    async def call_one(self, msg: MessageExt) -> bool:
+        """Run the listener on one message; True = consumed."""
+        try:
+            if self.is_async:
+                return _ok(await self.listener(msg))
+            return await trio.to_thread.run_sync(self._call_sync, msg, limiter=self.limiter)
+        except ConsumeAbandoned:
+            raise
+        except Exception:
+            log.warning("%s: the listener failed on %r", self.consumer.group, msg, exc_info=True)
+            return False
+
+    def _call_sync(self, msg: MessageExt) -> bool:
+        try:
+            return _ok(self.listener(msg))
+        except Exception:
+            log.warning("%s: the listener failed on %r", self.consumer.group, msg, exc_info=True)
+            return False
+
+    def _call_sync_batch(self, msgs: list[MessageExt]) -> list[bool]:
+        return [self._call_sync(m) for m in msgs]
+
+    async def call_batch(self, msgs: list[MessageExt]) -> list[bool]:
+        """The listener's verdict per message; shorter than ``msgs`` when the consumer stopped before the rest."""
+        retry = self._retry_topic
+        for m in msgs:
+            if m.topic == retry:
+                self.restore(m)
+        if not self.is_async:
+            return await trio.to_thread.run_sync(self._call_sync_batch, msgs, limiter=self.limiter)
+        out: list[bool] = []
+        listener = self.listener
+        for m in msgs:
+            try:
+                r = await listener(m)
+                out.append(r is None or r is True or r is ConsumeResult.SUCCESS)
+            except ConsumeAbandoned:
+                break
+            except Exception:
+                log.warning("%s: the listener failed on %r", self.consumer.group, m, exc_info=True)
+                out.append(False)
+        return out
+
+    # -- giving a message back ---------------------------------------------------------------------------------
+
+    async def send_back(self, msg: MessageExt, *, delay_level: int = 0, max_reconsume_times: int | None = None) -> bool:
+        """CONSUMER_SEND_MSG_BACK, falling back to a send to %RETRY%<group> (spec 7.6). True when handed over."""
+        consumer = self.consumer
+        instance = consumer.instance
+        max_times = consumer.effective_max_reconsume_times if max_reconsume_times is None else max_reconsume_times
+        addr = instance.broker_addr(msg.broker_name)
+        try:
+            if addr is None:
+                raise LookupError(f"no address for broker {msg.broker_name}")
+            await api.send_back(instance, addr, msg, consumer.group, delay_level=delay_level, max_reconsume_times=max_times)
+            return True
+        except Exception as exc:  # noqa: BLE001 - any failure: try the client-side fallback
+            log.info("%s: CONSUMER_SEND_MSG_BACK of %s failed (%s); sending to %s instead", consumer.group, msg.msg_id, exc, self._retry_topic)
+        props = {k: v for k, v in msg.properties.items() if k not in SYSTEM_PROPERTIES or k in ("UNIQ_KEY",)}
+        props[RETRY_TOPIC] = msg.properties.get(RETRY_TOPIC) or msg.topic
+        props[RECONSUME_TIME] = str(msg.reconsume_times + 1)
+        props[MAX_RECONSUME_TIMES] = str(max_times)
+        props[ORIGIN_MESSAGE_ID] = msg.properties.get(ORIGIN_MESSAGE_ID) or msg.msg_id
+        if delay_level >= 0:
+            props[DELAY] = str(delay_level if delay_level > 0 else 3 + msg.reconsume_times)
+        for k in (MIN_OFFSET, MAX_OFFSET, CONSUME_START_TIME, CLUSTER):
+            props.pop(k, None)
+        retry = Message(self._retry_topic, msg.body, tags=msg.tags, keys=msg.keys, flag=msg.flag)
+        try:
+            await consumer.inner_producer.send_raw(retry, props)
+            return True
+        except Exception as exc:  # noqa: BLE001
+            log.warning("%s: could not give %s back for a retry: %s", consumer.group, msg.msg_id, exc)
+            return False
+
+
+class ConcurrentConsumeService(_Base):
+    """Workers take whole pulled batches (up to 32 messages) and call the listener once per message."""
+
+    def __init__(self, consumer: PushConsumer, listener: Listener, workers: int) -> None:
+        super().__init__(consumer, listener, workers)
+        self._send, self._recv = trio.open_memory_channel[tuple[list[MessageExt], ProcessQueue, MessageQueue]](math.inf)
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        for _ in range(self.workers):
+            nursery.start_soon(self._worker, self._recv.clone())
+
+    def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        self._send.send_nowait((msgs, pq, mq))
+
+    def queue_started(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        pass
+
+    async def _worker(self, recv: trio.MemoryReceiveChannel) -> None:
+        consumer = self.consumer
+        store = consumer.offset_store
+        async for msgs, pq, mq in recv:
+            if pq.dropped or consumer._stopping:
+                continue
+            consumer._busy += 1
+            try:
+                results = await self.call_batch(msgs)
+                handled = msgs[:len(results)]  # the rest was abandoned at shutdown: left for a later delivery
+                failed = [m for m, ok in zip(handled, results) if not ok]
+                done = handled
+                if failed and consumer.clustering:
+                    kept = []
+                    for m in failed:
+                        if not await self.send_back(m):
+                            kept.append(m)
+                    if kept:
+                        consumer.instance.spawn(self._later, kept, pq, mq)
+                        kept_ids = {id(m) for m in kept}
+                        done = [m for m in handled if id(m) not in kept_ids]
+                elif failed:
+                    log.warning("%s: broadcasting: dropping %d failed message(s)", consumer.group, len(failed))
+                offset = pq.remove(done)
+                if offset >= 0 and not pq.dropped:
+                    store.update(mq, offset, increase_only=True)
+                consumer.stats_consumed += len(handled) - len(failed)
+            except Exception:
+                log.exception("%s: consuming a batch of %s failed", consumer.group, mq)
+            finally:
+                consumer._busy -= 1
+
+    async def _later(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        await trio.sleep(RETRY_LOCAL_DELAY)
+        if not pq.dropped:
+            self.submit(msgs, pq, mq)
+
+
+class OrderlyConsumeService(_Base):
+    """One task per queue consumes its messages in offset order, one at a time, while the queue is locked."""
+
+    def __init__(self, consumer: PushConsumer, listener: Listener, workers: int, suspend_ms: int) -> None:
+        super().__init__(consumer, listener, workers)
+        self.suspend = suspend_ms / 1000
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        pass
+
+    def submit(self, msgs: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        pass  # the queue's task wakes up on pq.has_messages
+
+    def queue_started(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        self.consumer.instance.spawn(self._queue_task, mq, pq)
+
+    async def _queue_task(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        consumer = self.consumer
+        clustering = consumer.clustering
+        max_times = consumer.max_reconsume_times
+        while not pq.dropped:
+            if not pq.msgs:
+                if pq.has_messages.is_set():
+                    pq.has_messages = trio.Event()
+                await pq.has_messages.wait()
+                continue
+            if clustering and (not pq.locked or pq.lock_expired()):
+                await trio.sleep(0.1)
+                continue
+            if consumer._stopping:
+                return
+            pause = False
+            async with self.limiter:
+                async with pq.consume_lock:
+                    if pq.dropped or consumer._stopping:
+                        break
+                    msgs = pq.take(1)
+                    if not msgs:
+                        continue
+                    msg = msgs[0]
+                    self.restore(msg)
+                    consumer._busy += 1
+                    try:
+                        ok = await self.call_one(msg)
+                    except ConsumeAbandoned:
+                        pq.make_consume_again(msgs)
+                        return
+                    finally:
+                        consumer._busy -= 1
+                    if not ok and 0 <= max_times <= msg.reconsume_times:
+                        # give up here: to the retry topic with RECONSUME_TIME >= max, so the broker dead-letters it
+                        ok = clustering and await self.send_back(msg, delay_level=-1, max_reconsume_times=max_times)
+                    if ok:
+                        offset = pq.commit()
+                        if offset >= 0 and not pq.dropped:
+                            consumer.offset_store.update(mq, offset, increase_only=False)
+                        consumer.stats_consumed += 1
+                    else:
+                        msg.reconsume_times += 1
+                        pq.make_consume_again(msgs)
+                        pause = True
+            if pause:
+                await trio.sleep(self.suspend)

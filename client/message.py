@@ -1,0 +1,398 @@
+"""The client's records: ``Message`` (to send), ``MessageExt`` (received), ``MessageQueue``, ``SendResult``,
+``PullResult`` (spec 3.2, 5.1-5.5, 5.9), and the fast decoder of pull/query bodies.
+
+Properties (spec 5.3) split in two on a ``Message``: the system ones are attributes (``tags``, ``keys``,
+``delay_time_level``, ``wait_store_msg_ok``) and ``properties`` holds the user's own. A received ``MessageExt``
+carries every property of the stored record in ``properties``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import socket
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from pyrmq.store.format import COMPRESSED_FLAG, HEADER_STRUCTS, INT, encode_message_id
+
+__all__ = [
+    "Message",
+    "MessageExt",
+    "MessageQueue",
+    "SendResult",
+    "SendStatus",
+    "PullResult",
+    "PullStatus",
+    "decode_messages",
+    "encode_properties",
+    "parse_properties",
+    "raw_tags",
+    "SYSTEM_PROPERTIES",
+]
+
+# Property keys (MessageConst, spec 5.3)
+KEYS = "KEYS"
+TAGS = "TAGS"
+WAIT = "WAIT"
+DELAY = "DELAY"
+RETRY_TOPIC = "RETRY_TOPIC"
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QID = "REAL_QID"
+UNIQ_KEY = "UNIQ_KEY"
+MIN_OFFSET = "MIN_OFFSET"
+MAX_OFFSET = "MAX_OFFSET"
+ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+RECONSUME_TIME = "RECONSUME_TIME"
+MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+CONSUME_START_TIME = "CONSUME_START_TIME"
+TRAN_MSG = "TRAN_MSG"
+PGROUP = "PGROUP"
+CLUSTER = "CLUSTER"
+
+#: keys a user may not set through ``Message.properties`` (Java's MessageConst.STRING_HASH_SET, the ones that matter)
+SYSTEM_PROPERTIES = frozenset({
+    KEYS, TAGS, WAIT, DELAY, RETRY_TOPIC, REAL_TOPIC, REAL_QID, UNIQ_KEY, MIN_OFFSET, MAX_OFFSET, ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME, MAX_RECONSUME_TIMES, CONSUME_START_TIME, TRAN_MSG, PGROUP, CLUSTER, "TRAN_PREPARED_QUEUE_OFFSET",
+    "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS", "MSG_REGION", "TRACE_ON", "INSTANCE_ID",
+    "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "MSG_TYPE", "BUYER_ID",
+})
+
+_NV = "\u0001"
+_SEP = "\u0002"
+
+
+def encode_properties(properties: Mapping[str, str]) -> str:
+    """``key\\x01value\\x02...`` without a trailing separator; None values skipped (spec 5.3)."""
+    return _SEP.join([f"{k}{_NV}{v}" for k, v in properties.items() if v is not None])
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java's ``string2messageProperties``: a segment counts only with a non-empty key and value."""
+    out: dict[str, str] = {}
+    if not text:
+        return out
+    for item in text.split(_SEP):
+        i = item.find(_NV)
+        if 0 < i < len(item) - 1:
+            out[item[:i]] = item[i + 1:]
+    return out
+
+
+def _keys(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(value.split()) if value.strip() else ()
+    return tuple(str(v) for v in value)
+
+
+def _body(value: bytes | bytearray | memoryview | str) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return bytes(value)
+
+
+@attrs.frozen(order=True)
+class MessageQueue:
+    """One queue of a topic on one broker; sorts like Java's (topic, brokerName, queueId)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+
+    def __str__(self) -> str:
+        # Java's MessageQueue.toString: also the consistent-hash key (spec 7.10)
+        return f"MessageQueue [topic={self.topic}, brokerName={self.broker_name}, queueId={self.queue_id}]"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MessageQueue:
+        return cls(str(data["topic"]), str(data["brokerName"]), int(data["queueId"]))
+
+
+@attrs.define(slots=True)
+class Message:
+    """A message to send. ``body`` may be given as text (sent UTF-8).
+
+    ``keys`` (one string of space-separated keys, or a list) are indexed by the broker for queries; ``tags`` is what
+    consumers filter on; ``delay_time_level`` 1..18 delays delivery (spec 7.6); ``properties`` are your own
+    (names used by the system are refused when sending).
+    """
+
+    topic: str
+    body: bytes = attrs.field(default=b"", converter=_body)
+    tags: str | None = None
+    keys: tuple[str, ...] = attrs.field(default=(), converter=_keys)
+    flag: int = 0
+    delay_time_level: int = 0
+    wait_store_msg_ok: bool = True
+    properties: dict[str, str] = attrs.Factory(dict)
+
+    def put_property(self, key: str, value: Any) -> Message:
+        self.properties[key] = str(value)
+        return self
+
+    def system_properties(self) -> dict[str, str]:
+        """The properties the client adds from the attributes (UNIQ_KEY is added at send time)."""
+        props: dict[str, str] = {}
+        if self.keys:
+            props[KEYS] = " ".join(self.keys)
+        if self.tags:
+            props[TAGS] = self.tags
+        if self.delay_time_level > 0:
+            props[DELAY] = str(self.delay_time_level)
+        if not self.wait_store_msg_ok:
+            props[WAIT] = "false"
+        return props
+
+
+class SendStatus(enum.Enum):
+    """Java's SendStatus: the three non-OK ones mean "stored, but not flushed/replicated in time" (spec 2.2)."""
+
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+@attrs.frozen
+class SendResult:
+    """What a send returns. ``msg_id`` is the client's UNIQ_KEY (comma-joined for a batch); ``offset_msg_id`` is
+    the broker's offset message id (spec 3.2, 5.9)."""
+
+    status: SendStatus
+    msg_id: str
+    offset_msg_id: str
+    message_queue: MessageQueue
+    queue_offset: int
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+    transaction_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "msg_id": self.msg_id,
+            "offset_msg_id": self.offset_msg_id,
+            "topic": self.message_queue.topic,
+            "broker_name": self.message_queue.broker_name,
+            "queue_id": self.message_queue.queue_id,
+            "queue_offset": self.queue_offset,
+        }
+
+
+_IP_CACHE: dict[bytes, str] = {}
+_TOPIC_CACHE: dict[bytes, str] = {}
+
+
+def _ip(raw: bytes) -> str:
+    ip = _IP_CACHE.get(raw)
+    if ip is None:
+        ip = socket.inet_ntop(socket.AF_INET6 if len(raw) == 16 else socket.AF_INET, raw)
+        if len(_IP_CACHE) < 4096:
+            _IP_CACHE[raw] = ip
+    return ip
+
+
+def _parse_raw(raw: bytes) -> dict[str, str]:
+    props: dict[str, str] = {}
+    if raw:
+        for item in raw.decode("utf-8", "replace").split(_SEP):
+            i = item.find(_NV)
+            if 0 < i < len(item) - 1:
+                props[item[:i]] = item[i + 1:]
+    return props
+
+
+@attrs.define(slots=True, repr=False)
+class MessageExt:
+    """A received message: a stored record decoded (spec 5.1), body inflated when it was compressed (5.5).
+
+    ``msg_id`` is the UNIQ_KEY when the producer set one (Java's MessageClientExt), else the offset message id;
+    ``topic`` is the original topic for a message redelivered from ``%RETRY%<group>`` (spec 7.6). ``properties``
+    are parsed from the record on first use (the consumer's hot path rarely needs them all).
+    """
+
+    topic: str
+    body: bytes
+    raw_properties: bytes
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: tuple[str, int] = ("", 0)
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = ("", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    store_size: int = 0
+    body_crc: int = 0
+    broker_name: str = ""
+    #: the queue's bounds when it was pulled (Java adds them as MIN_OFFSET / MAX_OFFSET properties)
+    min_offset: int = -1
+    max_offset: int = -1
+    _properties: dict[str, str] | None = attrs.field(default=None, alias="properties")
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._properties
+        if props is None:
+            props = self._properties = _parse_raw(self.raw_properties)
+            if self.min_offset >= 0:
+                props.setdefault(MIN_OFFSET, str(self.min_offset))
+                props.setdefault(MAX_OFFSET, str(self.max_offset))
+        return props
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(TAGS)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return _keys(self.properties.get(KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(UNIQ_KEY)
+
+    @property
+    def offset_msg_id(self) -> str:
+        return encode_message_id(self.store_host[0], self.store_host[1], self.commit_log_offset)
+
+    @property
+    def msg_id(self) -> str:
+        return self.properties.get(UNIQ_KEY) or self.offset_msg_id
+
+    @property
+    def delay_time_level(self) -> int:
+        return int(self.properties.get(DELAY) or 0)
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    def user_properties(self) -> dict[str, str]:
+        return {k: v for k, v in self.properties.items() if k not in SYSTEM_PROPERTIES}
+
+    def text(self, errors: str = "replace") -> str:
+        return self.body.decode("utf-8", errors)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``pyrmq consume --json`` shape."""
+        return {
+            "topic": self.topic,
+            "queue_id": self.queue_id,
+            "queue_offset": self.queue_offset,
+            "msg_id": self.msg_id,
+            "offset_msg_id": self.offset_msg_id,
+            "keys": list(self.keys),
+            "tags": self.tags,
+            "properties": dict(self.properties),
+            "body": self.text(),
+            "reconsume_times": self.reconsume_times,
+            "born_timestamp": self.born_timestamp,
+            "store_timestamp": self.store_timestamp,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<MessageExt {self.topic}/{self.broker_name}/{self.queue_id}@{self.queue_offset} id={self.msg_id}"
+            f" tags={self.tags!r} keys={self.keys!r} body={len(self.body)}B reconsume={self.reconsume_times}>"
+        )
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), ensure_ascii=False)
+
+
+_TAGS_MARK = b"TAGS\x01"
+
+
+def raw_tags(raw: bytes) -> str | None:
+    """The TAGS property straight from the raw properties bytes (the client-side tag re-check)."""
+    i = raw.find(_TAGS_MARK)
+    while i > 0 and raw[i - 1] != 2:  # a key that merely ends in "TAGS"
+        i = raw.find(_TAGS_MARK, i + 1)
+    if i < 0:
+        return None
+    start = i + 5
+    end = raw.find(b"\x02", start)
+    value = raw[start:] if end < 0 else raw[start:end]
+    return value.decode("utf-8", "replace") or None
+
+
+def decode_messages(
+    buf: bytes | bytearray | memoryview, broker_name: str = "", min_offset: int = -1, max_offset: int = -1
+) -> list[MessageExt]:
+    """Decode back-to-back stored records (a PULL / QUERY / VIEW body, spec 5.1-5.2) into ``MessageExt``.
+
+    The consumer's hot path: one ``struct`` unpack per record, slices of the received ``bytes``, properties left
+    raw until used, no validation beyond what a slice needs (a corrupt record raises ``ValueError``).
+    """
+    if type(buf) is not bytes:
+        buf = bytes(buf)
+    out: list[MessageExt] = []
+    append = out.append
+    n = len(buf)
+    pos = 0
+    int_unpack = INT.unpack_from
+    structs = HEADER_STRUCTS
+    ips = _IP_CACHE
+    topics = _TOPIC_CACHE
+    ext = MessageExt
+    try:
+        while pos < n:
+            sys_flag = int_unpack(buf, pos + 36)[0]
+            st = structs[(sys_flag >> 4) & 3]
+            (size, _magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip, born_port,
+             store_ts, store_ip, store_port, reconsume, prepared, body_len) = st.unpack_from(buf, pos)
+            if size <= 0:
+                raise ValueError(f"bad record size {size} at {pos}")
+            p = pos + st.size
+            body = buf[p:p + body_len]
+            p += body_len
+            topic_len = buf[p]
+            raw_topic = buf[p + 1:p + 1 + topic_len]
+            topic = topics.get(raw_topic)
+            if topic is None:
+                topic = raw_topic.decode("utf-8", "replace")
+                if len(topics) < 4096:
+                    topics[raw_topic] = topic
+            p += 1 + topic_len
+            props_len = (buf[p] << 8) | buf[p + 1]
+            if sys_flag & COMPRESSED_FLAG and ((sys_flag & 0x700) >> 8) in (0, 3):
+                body = zlib.decompress(body)
+            append(ext(
+                topic, body, buf[p + 2:p + 2 + props_len], queue_id, queue_offset, phys, flag, sys_flag, born_ts,
+                (ips.get(born_ip) or _ip(born_ip), born_port), store_ts, (ips.get(store_ip) or _ip(store_ip), store_port),
+                reconsume, prepared, size, crc, broker_name, min_offset, max_offset,
+            ))
+            pos += size
+    except (IndexError, zlib.error) as exc:
+        raise ValueError(f"corrupt message record at byte {pos}: {exc}") from None
+    return out
+
+
+class PullStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_NEW_MSG = "NO_NEW_MSG"
+    NO_MATCHED_MSG = "NO_MATCHED_MSG"
+    OFFSET_ILLEGAL = "OFFSET_ILLEGAL"
+
+
+@attrs.frozen
+class PullResult:
+    """One pull: status, where to pull next, the queue's bounds, and the messages (already tag re-checked)."""
+
+    status: PullStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: Sequence[MessageExt] = ()

@@ -1,0 +1,369 @@
+"""The push consumer (Java ``DefaultMQPushConsumer``; spec 4.2, 4.4, 7.4-7.7, 7.10).
+
+    async with PushConsumer("127.0.0.1:9876", group="billing") as consumer:   # subscribe before start...
+        ...
+
+    consumer = PushConsumer(namesrv, group="billing")
+    consumer.subscribe("Orders", "created || paid")
+    consumer.register_listener(handle)          # async def handle(msg) / def handle(msg)
+    async with consumer:
+        await trio.sleep_forever()
+
+    async with PushConsumer(namesrv, group="billing", subscribe={"Orders": "*"}) as consumer:
+        async for msg in consumer:              # acknowledged when the loop asks for the next one
+            ...
+
+Clustering (default): the group's members split the queues (allocation strategy from the allocate hook, AVG by
+default), rebalancing every 20 s, at start, and when a broker says the group changed; offsets are committed to the
+brokers every 5 s and at shutdown; ``%RETRY%<group>`` is subscribed automatically. Broadcasting: every member takes
+every queue and keeps offsets in a local file. Each queue is long-polled (32 messages per pull, held 15 s by the
+broker) into a process queue that pauses pulling at 1,000 messages or 100 MiB.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import trio
+
+from pyrmq.client import api
+from pyrmq.client.config import ClientConfig
+from pyrmq.client.consume_service import ConcurrentConsumeService, ConsumeAbandoned, OrderlyConsumeService
+from pyrmq.client.consumer import (
+    ConsumeFrom,
+    ConsumerCore,
+    ConsumeResult,
+    MessageModel,
+    Subscription,
+    retry_topic,
+)
+from pyrmq.client.errors import BrokerError, ClientStateError, InvalidMessageError
+from pyrmq.client.instance import ClientInstance
+from pyrmq.client.message import MessageExt, MessageQueue, PullStatus
+from pyrmq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from pyrmq.client.plugins import resolve_strategy
+from pyrmq.client.process_queue import ProcessQueue
+from pyrmq.client.producer import Producer
+from pyrmq.client.rebalance import LOCK_RETRY_DELAY, Rebalancer
+from pyrmq.remoting.codes import ResponseCode
+
+__all__ = ["PushConsumer"]
+
+log = logging.getLogger("pyrmq.client.consumer")
+
+PULL_EXCEPTION_DELAY = 3.0
+FLOW_CONTROL_DELAY = 0.05
+
+
+class _IterItem:
+    __slots__ = ("msg", "done", "ok")
+
+    def __init__(self, msg: MessageExt) -> None:
+        self.msg = msg
+        self.done = trio.Event()
+        self.ok = True
+
+
+class PushConsumer(ConsumerCore):
+    def __init__(
+        self,
+        namesrv: str | Iterable[str] | None = None,
+        group: str = "pyrmq_consumer",
+        *,
+        subscribe: Mapping[str, str] | None = None,
+        listener: Callable[[MessageExt], Any] | None = None,
+        config: ClientConfig | None = None,
+        instance: ClientInstance | None = None,
+        message_model: MessageModel | str = MessageModel.CLUSTERING,
+        consume_from: ConsumeFrom | str | int | datetime.datetime = ConsumeFrom.LAST_OFFSET,
+        orderly: bool = False,
+        allocate_strategy: str | Callable[..., list[MessageQueue]] = "AVG",
+        allocate_options: Mapping[str, Any] | None = None,
+        consume_thread_max: int = 20,
+        pull_batch_size: int = 32,
+        pull_threshold_for_queue: int = 1000,
+        pull_threshold_size_for_queue_mib: int = 100,
+        consume_concurrently_max_span: int = 2000,
+        max_reconsume_times: int = -1,
+        suspend_current_queue_ms: int = 1000,
+        pull_suspend_ms: int = 15000,
+        rebalance_interval: float = 20.0,
+        lock_interval: float = 20.0,
+        offset_store_dir: str | os.PathLike[str] | None = None,
+        shutdown_await: float = 3.0,
+    ) -> None:
+        super().__init__(namesrv, group, config=config, instance=instance, message_model=message_model,
+                         consume_from=consume_from)
+        for topic, expression in (subscribe or {}).items():
+            self.subscribe(topic, expression)
+        self.listener = listener
+        self.orderly = orderly
+        self.allocate = resolve_strategy(allocate_strategy, allocate_options)
+        self.consume_thread_max = consume_thread_max
+        self.pull_batch_size = pull_batch_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size = pull_threshold_size_for_queue_mib * 1024 * 1024
+        self.consume_concurrently_max_span = consume_concurrently_max_span
+        self.max_reconsume_times = max_reconsume_times
+        self.suspend_current_queue_ms = suspend_current_queue_ms
+        self.pull_suspend_ms = pull_suspend_ms
+        self.rebalance_interval = rebalance_interval
+        self.lock_interval = lock_interval
+        self.offset_store_dir = offset_store_dir
+        self.offset_store: OffsetStore = (
+            RemoteOffsetStore(self.instance, self.group) if self.clustering
+            else LocalOffsetStore(self.instance, self.group, offset_store_dir)
+        )
+        #: the queues this consumer holds now
+        self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        self.inner_producer = Producer(instance=self.instance, group="CLIENT_INNER_PRODUCER")
+        self.service: ConcurrentConsumeService | OrderlyConsumeService | None = None
+        self.stats_consumed = 0
+        self.stats_pulled = 0
+        self.rebalancer = Rebalancer(self)
+        self._started_at = time.monotonic()
+        self._iter_send: trio.MemorySendChannel | None = None
+        self._iter_recv: trio.MemoryReceiveChannel | None = None
+        self._iter_current: _IterItem | None = None
+        self.shutdown_await = shutdown_await
+        #: set at shutdown: no new batch starts
+        self._stopping = False
+        #: workers inside a listener call
+        self._busy = 0
+
+    @property
+    def effective_max_reconsume_times(self) -> int:
+        """-1 means 16 for concurrent consumption (spec 7.5)."""
+        return 16 if self.max_reconsume_times < 0 else self.max_reconsume_times
+
+    def register_listener(self, listener: Callable[[MessageExt], Any]) -> Callable[[MessageExt], Any]:
+        """Set the listener (usable as a decorator). Without one, iterate the consumer: ``async for msg in c``."""
+        if self.started:
+            raise ClientStateError("register the listener before starting the consumer")
+        self.listener = listener
+        return listener
+
+    def assigned_queues(self) -> set[MessageQueue]:
+        return {mq for mq, pq in self.process_queues.items() if not pq.dropped}
+
+    # -- start / shutdown ------------------------------------------------------------------------------------
+
+    async def _on_start(self, nursery: trio.Nursery) -> None:
+        if not self.subscriptions:
+            raise InvalidMessageError("subscribe to at least one topic before starting the consumer")
+        if self.clustering:
+            retry = retry_topic(self.group)
+            self.subscriptions.setdefault(retry, Subscription.build(retry, "*"))
+        listener = self.listener
+        if listener is None:
+            self._iter_send, self._iter_recv = trio.open_memory_channel(0)
+            listener = self._iter_listener
+        if self.orderly:
+            self.service = OrderlyConsumeService(self, listener, self.consume_thread_max, self.suspend_current_queue_ms)
+        else:
+            self.service = ConcurrentConsumeService(self, listener, self.consume_thread_max)
+        await self.service.start(nursery)
+        self._started_at = time.monotonic()
+        try:
+            await self._register()
+            await self.instance.send_heartbeat()
+            await self.rebalancer.rebalance_all()
+        except BaseException:
+            self._forget()
+            raise
+        nursery.start_soon(self.rebalancer.run)
+        nursery.start_soon(self._persist_loop)
+        if self.orderly and self.clustering:
+            nursery.start_soon(self.rebalancer.lock_loop)
+
+    async def _on_shutdown(self) -> None:
+        self._stopping = True
+        if self._iter_current is not None:
+            self._iter_current.done.set()  # the loop body finished with it
+            self._iter_current = None
+        if self._iter_send is not None:
+            # workers waiting to hand a message to ``async for`` give up: those messages stay uncommitted
+            await self._iter_send.aclose()
+        # let the messages being consumed right now finish and record their offsets
+        with trio.move_on_after(self.shutdown_await):
+            while self._busy:
+                await trio.sleep(0.01)
+        held = list(self.process_queues)
+        for pq in self.process_queues.values():
+            pq.dropped = True
+            pq.has_messages.set()
+        try:
+            await self.offset_store.persist(held)
+        except Exception:  # noqa: BLE001
+            log.exception("%s: committing offsets at shutdown failed", self.group)
+        if self.orderly and self.clustering:
+            await self.rebalancer.unlock(held)
+        await self._unregister()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        # leaving ``async with`` normally acknowledges the message the loop body just finished
+        if exc_type is not None and self._iter_current is not None:
+            self._iter_current.ok = False
+        await self.shutdown(exc)
+
+    # -- async iteration -------------------------------------------------------------------------------------
+
+    async def _iter_listener(self, msg: MessageExt) -> ConsumeResult:
+        item = _IterItem(msg)
+        assert self._iter_send is not None
+        try:
+            await self._iter_send.send(item)
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            raise ConsumeAbandoned() from None
+        await item.done.wait()
+        return ConsumeResult.SUCCESS if item.ok else ConsumeResult.RECONSUME_LATER
+
+    def __aiter__(self) -> PushConsumer:
+        return self
+
+    async def __anext__(self) -> MessageExt:
+        if self._iter_recv is None:
+            raise ClientStateError("iterate a started consumer that has no listener")
+        current, self._iter_current = self._iter_current, None
+        if current is not None:
+            current.done.set()
+        try:
+            item = await self._iter_recv.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+        self._iter_current = item
+        return item.msg
+
+    def reconsume_later(self, msg: MessageExt) -> None:
+        """In ``async for``: give the current message back for a later retry instead of acknowledging it."""
+        if self._iter_current is not None and self._iter_current.msg is msg:
+            self._iter_current.ok = False
+
+    # -- rebalance (pyrmq.client.rebalance) ----------------------------------------------------------------
+
+    def rebalance_soon(self) -> None:
+        self.rebalancer.wake()
+
+    async def wait_rebalanced(self) -> None:
+        """Wait for the end of the next rebalance round."""
+        await self.rebalancer.wait_round()
+
+    async def lock_all(self) -> None:
+        """Renew the broker locks of every held queue now (orderly; also done every 20 s)."""
+        await self.rebalancer.lock_all()
+
+    # -- pulling ---------------------------------------------------------------------------------------------
+
+    def start_queue(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        """A queue just assigned by the rebalance: start pulling it (and, orderly, its consuming task)."""
+        assert self.service is not None and self.nursery is not None
+        self.service.queue_started(mq, pq)
+        self.nursery.start_soon(self._pull_loop, mq, pq)
+
+    async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        instance = self.instance
+        service = self.service
+        assert service is not None
+        store = self.offset_store
+        orderly_locking = self.orderly and self.clustering
+        pq.pull_task_running = True
+        try:
+            while not pq.dropped:
+                if pq.count > self.pull_threshold_for_queue or pq.size > self.pull_threshold_size:
+                    await trio.sleep(FLOW_CONTROL_DELAY)
+                    continue
+                if not self.orderly and pq.span > self.consume_concurrently_max_span:
+                    await trio.sleep(FLOW_CONTROL_DELAY)
+                    continue
+                if orderly_locking and (not pq.locked or pq.lock_expired()):
+                    await trio.sleep(LOCK_RETRY_DELAY)
+                    continue
+                sub = self.subscriptions.get(mq.topic)
+                if sub is None:
+                    return
+                commit = store.read_memory(mq) if self.clustering else -1
+                sys_flag = api.FLAG_SUSPEND | (api.FLAG_COMMIT_OFFSET if commit > 0 else 0)
+                pq.last_pull_time = time.monotonic()
+                try:
+                    addr = instance.broker_addr(mq.broker_name) or await instance.broker_addr_for(mq)
+                    result = await api.pull(
+                        instance, addr, mq, self.group, pq.next_offset, max_nums=self.pull_batch_size, sys_flag=sys_flag,
+                        commit_offset=max(commit, 0), suspend_ms=self.pull_suspend_ms, sub_version=sub.version,
+                        expression_type=sub.expression_type, timeout=self.pull_suspend_ms / 1000 + 15,
+                        tags=sub.tags or None,
+                    )
+                except Exception as exc:  # noqa: BLE001 - remoting, broker or route trouble: pause, then retry
+                    if pq.dropped:
+                        return
+                    delay = PULL_EXCEPTION_DELAY
+                    if isinstance(exc, BrokerError) and exc.code in (
+                        ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST
+                    ):
+                        instance.heartbeat_soon()  # the broker lost (or has an old copy of) our subscription
+                        delay = 0.2
+                    log.info("%s: pull of %s failed: %s", self.group, mq, exc)
+                    await trio.sleep(delay)
+                    continue
+                if pq.dropped:
+                    return
+                status = result.status
+                pq.next_offset = result.next_begin_offset
+                if status is PullStatus.FOUND and result.messages:
+                    msgs = list(result.messages)
+                    self.stats_pulled += len(msgs)
+                    pq.put(msgs, result.next_begin_offset)
+                    service.submit(msgs, pq, mq)
+                elif status is PullStatus.OFFSET_ILLEGAL:
+                    log.warning("%s: offset of %s was illegal, moving to %d", self.group, mq, result.next_begin_offset)
+                    store.update(mq, result.next_begin_offset, increase_only=False)
+                    await store.persist_one(mq)
+                elif pq.count == 0:
+                    # nothing held (no message, or all filtered out): the committed offset may move on
+                    store.update(mq, result.next_begin_offset, increase_only=True)
+        finally:
+            pq.pull_task_running = False
+
+    # -- offsets ---------------------------------------------------------------------------------------------
+
+    async def _persist_loop(self) -> None:
+        interval = self.instance.config.persist_consumer_offset_interval
+        while True:
+            await trio.sleep(interval)
+            try:
+                await self.offset_store.persist(self.assigned_queues())
+            except Exception:  # noqa: BLE001
+                log.exception("%s: committing offsets failed", self.group)
+
+    async def persist_offsets(self) -> None:
+        """Commit the current offsets now (the consumer also does it every 5 s and at shutdown)."""
+        await self.offset_store.persist(self.assigned_queues())
+
+    async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
+        """Move to new offsets (RESET_CONSUMER_CLIENT_OFFSET): drop the topic's queues, store the offsets,
+        rebalance (the queues come back and start from there)."""
+        for mq in [mq for mq in self.process_queues if mq.topic == topic]:
+            pq = self.process_queues.pop(mq)
+            pq.dropped = True
+            pq.has_messages.set()
+            pq.clear()
+        for mq, offset in offsets.items():
+            self.offset_store.update(mq, offset, increase_only=False)
+        await self.offset_store.persist(list(offsets))
+        self.rebalance_soon()
+
+    # -- stats -----------------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "queues": len(self.process_queues),
+            "pulled": self.stats_pulled,
+            "consumed": self.stats_consumed,
+            "held": sum(pq.count for pq in self.process_queues.values()),
+            "inflight_limit": math.inf if not self.orderly else self.consume_thread_max,
+        }
