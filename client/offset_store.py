@@ -7,6 +7,7 @@ shutdown); broadcasting consumers keep the offsets in a local JSON file, in the 
 
 from __future__ import annotations
 
+import abc
 import logging
 import os
 from collections.abc import Iterable
@@ -33,7 +34,7 @@ def default_offset_dir() -> Path:
     return Path(os.environ.get("PYRMQ_OFFSET_STORE_DIR") or Path.home() / ".pyrmq" / "offsets")
 
 
-class OffsetStore:
+class OffsetStore(abc.ABC):
     """Offsets in memory (mq -> next offset to consume) plus a backing store."""
 
     def __init__(self, instance: ClientInstance, group: str) -> None:
@@ -56,12 +57,13 @@ class OffsetStore:
         self.table.pop(mq, None)
         self._persisted.pop(mq, None)
 
+    @abc.abstractmethod
     async def read_store(self, mq: MessageQueue) -> int:
         """The stored offset (-1 when none); also cached in memory."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def persist(self, mqs: Iterable[MessageQueue] | None = None) -> None:
-        raise NotImplementedError
+        """Write the offsets of ``mqs`` (all when None) that changed since the last write."""
 
     async def persist_one(self, mq: MessageQueue) -> None:
         await self.persist([mq])

@@ -134,14 +134,17 @@ class Producer(ClientService):
         self.instance.heartbeat_soon()
 
     async def _on_shutdown(self) -> None:
-        self.instance.producer_groups.discard(self.group)
+        # async sends still waiting for their answer get it (up to the send timeout) before the producer stops
+        with trio.move_on_after(self.send_timeout):
+            while self._inflight:
+                await trio.sleep(0.005)
         for (_conn_id, opaque), (conn, on_response) in list(self._inflight.items()):
             if conn.cancel_callback(opaque):
                 on_response(outcome.Error(RemotingClosed(conn.address, "producer shut down")))
         self._inflight.clear()
         self._deadlines.clear()
-        if not self._own_instance:
-            await self.instance.unregister(producer_group=self.group)
+        await self.instance.unregister(producer_group=self.group)
+        self.instance.producer_groups.discard(self.group)
 
     def _ready(self) -> None:
         if not self.started and not self.instance.started:

@@ -186,3 +186,13 @@ async def test_unreachable_name_server_is_reported_clearly():
     async with Producer("127.0.0.1:1", "pg") as producer:
         with pytest.raises(NameServerUnreachable, match="cannot reach any name server \\(127.0.0.1:1\\)"):
             await producer.send(Message("T", b"x"))
+
+
+async def test_leaving_the_producer_waits_for_async_sends_in_flight(dev, name):
+    topic = name("T")
+    await dev.create_topic(topic, 2)
+    outcomes = []
+    async with Producer(dev.namesrv, name("pg")) as producer:
+        for i in range(100):
+            await producer.send_async(Message(topic, f"x{i}"), lambda result, error: outcomes.append((result, error)))
+    assert len(outcomes) == 100 and all(error is None and result.status is SendStatus.SEND_OK for result, error in outcomes)
