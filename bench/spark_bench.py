@@ -107,11 +107,19 @@ def raw_store_read(namesrv: str, store: str, topic: str, count: int) -> None:
         print(f"  !! the raw read saw {n} messages, expected {count}")
 
 
+REPEAT = 1
+
+
 def timed(label: str, fn) -> float:  # type: ignore[no-untyped-def]
-    t = time.perf_counter()
-    fn()
-    dt = time.perf_counter() - t
-    print(f"  {label}: {dt:.1f} s", flush=True)
+    """The median of REPEAT runs of ``fn``, in seconds."""
+    runs = []
+    for _ in range(REPEAT):
+        t = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t)
+    runs.sort()
+    dt = runs[len(runs) // 2]
+    print(f"  {label}: {' '.join(f'{r:.1f}' for r in runs)} s", flush=True)
     return dt
 
 
@@ -122,7 +130,10 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--pull-cap", type=int, metavar="N", help="start the broker with maxTransferCountOnMessageInMemory=N "
                     "(and room for N x 1 KiB per pull); default: the broker's defaults (32 messages, 256 KiB)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement; the median is reported")
     args = ap.parse_args()
+    global REPEAT
+    REPEAT = max(1, args.repeat)
 
     work = tempfile.mkdtemp(prefix="pyrmq-spark-bench-")
     store = os.path.join(work, "store")
@@ -164,7 +175,7 @@ def main() -> None:
         mb = args.count * BODY_SIZE / 1e6
         print()
         cap = f"broker pull cap {args.pull_cap} messages" if args.pull_cap else "broker pull cap 32 messages (default)"
-        print(f"{args.count:,} messages x {BODY_SIZE} B, {args.master}, {os.cpu_count()} CPUs, {cap}")
+        print(f"{args.count:,} messages x {BODY_SIZE} B, {args.master}, {os.cpu_count()} CPUs, {cap}, median of {REPEAT}")
         print(f"| {'measurement':<42} | {'seconds':>8} | {'messages/s':>11} | {'MB/s':>7} |")
         print(f"|{'-' * 44}|{'-' * 10}|{'-' * 13}|{'-' * 9}|")
         for label, dt in results.items():

@@ -89,6 +89,10 @@ class BrokerClient:
     def close(self) -> None:
         self._client.close()
 
+    @property
+    def closed(self) -> bool:
+        return self._client.closed
+
     def __enter__(self) -> BrokerClient:
         return self
 

@@ -26,7 +26,7 @@ EARLIEST = -2
 LATEST = -1
 
 DEFAULT_CONSUMER_GROUP = "pyrmq-spark"
-DEFAULT_MAX_MESSAGES_PER_PARTITION = 200_000
+DEFAULT_MAX_MESSAGES_PER_PARTITION = 50_000  # small enough to balance the tasks over the cores
 DEFAULT_SEND_BATCH_SIZE = 256
 
 _TAG_EXPRESSION = re.compile(r"^\s*(\*|[^|]+(\|\|[^|]+)*)\s*$")

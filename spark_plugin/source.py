@@ -159,7 +159,7 @@ class PyrmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @property
     def client(self) -> BrokerClient:
-        if self._client is None or self._client._client.closed:
+        if self._client is None or self._client.closed:
             self._client = BrokerClient(self.options.namesrv, timeout=self.options.timeout)
         return self._client
 
@@ -198,9 +198,10 @@ class PyrmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         begin = offsets_from_json(start)
         stop = offsets_from_json(end)
         queues = [mq for mq in self._queues() if queue_key(mq) in stop]
-        missing = set(stop) - {queue_key(mq) for mq in queues}
+        missing = [k for k in set(stop) - {queue_key(mq) for mq in queues} if stop[k] > begin.get(k, 0)]
         if missing:
-            raise RuntimeError(f"queues {sorted(missing)} of topic {self.options.topic!r} are no longer routed; cannot replay {end}")
+            names = ", ".join(f"{b}/{q}" for b, q in sorted(missing))
+            raise RuntimeError(f"queues {names} of topic {self.options.topic!r} are no longer routed: cannot read {start} .. {end}")
         return [QueueRangePartition(r) for r in split(self.options, queues, {k: begin.get(k, 0) for k in stop}, stop)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:

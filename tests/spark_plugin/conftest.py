@@ -24,9 +24,6 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import CreateTopicRequestHeader, PullMessageRequestHeader, SendMessageRequestHeader
 from pyrmq.store.format import StoredMessage, decode_messages, encode_properties
 
-pyspark = pytest.importorskip("pyspark", reason="the Spark plugin tests need the extra: pip install 'pyrmq[spark]'")
-
-
 def _free_port() -> int:
     import socket
 
@@ -139,6 +136,8 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
+    pytest.importorskip("pyspark", reason="the Spark plugin tests need the extra: pip install 'pyrmq[spark]'")
+    pytest.importorskip("pyarrow", reason="the Spark plugin tests need the extra: pip install 'pyrmq[spark]'")
     from pyrmq.spark_plugin import spark_session
 
     session = spark_session(
