@@ -271,19 +271,7 @@ class DelayLevelService:
         if not topic or queue_id < 0:
             log.warning("delay level %d: the record at %d has no REAL_TOPIC/REAL_QID; skipped", level, phy)
             return True
-        record = MessageRecord(
-            topic=topic,
-            queue_id=queue_id,
-            body=msg.body,
-            flag=msg.flag,
-            properties=properties,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
-        )
+        record = msg.to_record(topic, queue_id, properties)
         result = self.store.put_message(record)
         if result.status is not PutMessageStatus.PUT_OK:
             log.warning("delay level %d: delivering the record at %d failed: %s %s", level, phy,

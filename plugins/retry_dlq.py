@@ -34,7 +34,6 @@ from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader
-from pyrmq.store.format import MessageRecord
 from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.retry_dlq")
@@ -122,17 +121,9 @@ class SendBackProcessor:
             properties[PROPERTY_DELAY] = str(delay_level)
         # 6
         properties[PROPERTY_ORIGIN_MESSAGE_ID] = properties.get(PROPERTY_ORIGIN_MESSAGE_ID) or msg.msg_id
-        record = MessageRecord(
-            topic=topic,
-            queue_id=queue_id,
-            body=msg.body,
-            flag=msg.flag,
-            properties=properties,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times + 1,
+        # a new message: the reconsume count goes up; no prepared-transaction offset is carried (spec 7.6 step 6)
+        record = msg.to_record(
+            topic, queue_id, properties, reconsume_times=msg.reconsume_times + 1, prepared_transaction_offset=0
         )
         if PROPERTY_DELAY in properties:
             scheduler = self._delay_scheduler()

@@ -385,20 +385,7 @@ class TimerService:
 
     @staticmethod
     def _copy(msg: Any, topic: str, queue_id: int, properties: dict[str, str], tags_code: int | None = None) -> MessageRecord:
-        return MessageRecord(
-            topic=topic,
-            queue_id=queue_id,
-            body=msg.body,
-            flag=msg.flag,
-            properties=properties,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
-            tags_code=tags_code,
-        )
+        return msg.to_record(topic, queue_id, properties, tags_code=tags_code)
 
 
 TIMER = StateKey[TimerService]("timer")

@@ -383,6 +383,36 @@ class StoredMessage:
     def crc_ok(self) -> bool:
         return body_crc(self.body) == self.body_crc
 
+    def to_record(
+        self,
+        topic: str,
+        queue_id: int,
+        properties: dict[str, str],
+        *,
+        reconsume_times: int | None = None,
+        prepared_transaction_offset: int | None = None,
+        tags_code: int | None = None,
+    ) -> MessageRecord:
+        """This message re-addressed to ``topic``/``queue_id`` with ``properties``: what delay and timer delivery and
+        retries write (spec 7.6). Body, flag, sys flag, born time/host and store host are kept; the append gives it
+        a new store time and offsets."""
+        return MessageRecord(
+            topic=topic,
+            queue_id=queue_id,
+            body=self.body,
+            flag=self.flag,
+            properties=properties,
+            sys_flag=self.sys_flag,
+            born_timestamp=self.born_timestamp,
+            born_host=self.born_host,
+            store_host=self.store_host,
+            reconsume_times=self.reconsume_times if reconsume_times is None else reconsume_times,
+            prepared_transaction_offset=(
+                self.prepared_transaction_offset if prepared_transaction_offset is None else prepared_transaction_offset
+            ),
+            tags_code=tags_code,
+        )
+
     def encode(self) -> bytes:
         """The exact record bytes (re-encoding a decoded record gives back the same bytes)."""
         topic = self.topic_bytes or self.topic.encode("utf-8")
