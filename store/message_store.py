@@ -261,21 +261,28 @@ class MessageStore:
             task_status.started()
 
     async def _warm_loop(self) -> None:
-        """Keep the commit log pre-faulted ``WARM_AHEAD`` bytes ahead of the writer and the next segment created
-        and started ahead of need (worker threads; small steps so appends never wait on the warm-up)."""
+        """Keep the commit log pre-faulted up to ``WARM_AHEAD`` bytes ahead of the writer and the next segment created
+        and started ahead of need (worker threads; small steps so appends never wait on the warm-up).
+
+        Hysteresis: the runway is refilled only once less than half of it is left, so a worker thread is handed a job
+        every ``WARM_AHEAD / 2`` bytes written rather than every poll; an idle store polls 10 times a second."""
         queue = self.commit_log.queue
         ahead = min(WARM_AHEAD, self.config.mapped_file_size_commit_log)
+        low_water = ahead // 2
         page = self.config.os_page_size
         while True:
+            worked = False
             cur = self.commit_log._current
-            if cur is not None and not cur.closed and cur.warmed < min(cur.file_size, cur.wrote_position + ahead):
+            if cur is not None and not cur.closed and cur.warmed < min(cur.file_size, cur.wrote_position + low_water):
                 await trio.to_thread.run_sync(cur.warm, cur.wrote_position + ahead, page)
+                worked = True
             cur = self.commit_log._current
             if cur is not None and cur.wrote_position + ahead >= cur.file_size:
                 spare = queue.spare or queue.prepare_next()
                 if spare is not None and spare.warmed < ahead:
                     await trio.to_thread.run_sync(spare.warm, ahead, page)
-            await trio.sleep(0.01)
+                    worked = True
+            await trio.sleep(0.01 if worked else 0.1)
 
     async def _flush_logics_loop(self) -> None:
         interval = self.config.flush_interval_consume_queue / 1000
