@@ -6,7 +6,9 @@ the installed `pyrmq` from outside the repository.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -34,6 +36,33 @@ def test_every_package_in_the_tree_is_declared_in_pyproject():
             continue
         found.add(".".join(("pyrmq", *rel.parts)))
     assert found == declared, f"pyproject packages differ: missing {found - declared}, stale {declared - found}"
+
+
+def test_tests_and_bench_are_not_parts_of_pyrmq_in_the_editable_install(tmp_path):
+    # the interpreter running the tests is .venv's, where `make` installed pyrmq in editable strict mode
+    probe = (
+        "import importlib, json\n"
+        "out = {}\n"
+        "for name in ('pyrmq.kernel', 'pyrmq.configs', 'pyrmq.tests', 'pyrmq.bench', 'pyrmq.tests.conftest', 'tests'):\n"
+        "    try:\n"
+        "        importlib.import_module(name); out[name] = True\n"
+        "    except ModuleNotFoundError:\n"
+        "        out[name] = False\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    found = json.loads(sh(sys.executable, "-c", probe, cwd=tmp_path, env=env))
+    assert found == {"pyrmq.kernel": True, "pyrmq.configs": True, "pyrmq.tests": False, "pyrmq.bench": False,
+                     "pyrmq.tests.conftest": False, "tests": False}
+
+
+def test_no_test_imports_tests_as_a_top_level_package():
+    offenders = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.match(r"\s*(from|import)\s+tests(\.|\s|$)", line):
+                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
+    assert not offenders, "use a fixture or a relative import instead:\n" + "\n".join(offenders)
 
 
 @pytest.mark.slow
