@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tomllib
@@ -54,15 +53,6 @@ def test_tests_and_bench_are_not_parts_of_pyrmq_in_the_editable_install(tmp_path
     found = json.loads(sh(sys.executable, "-c", probe, cwd=tmp_path, env=env))
     assert found == {"pyrmq.kernel": True, "pyrmq.configs": True, "pyrmq.tests": False, "pyrmq.bench": False,
                      "pyrmq.tests.conftest": False, "tests": False}
-
-
-def test_no_test_imports_tests_as_a_top_level_package():
-    offenders = []
-    for path in sorted((ROOT / "tests").rglob("*.py")):
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if re.match(r"\s*(from|import)\s+tests(\.|\s|$)", line):
-                offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
-    assert not offenders, "use a fixture or a relative import instead:\n" + "\n".join(offenders)
 
 
 @pytest.mark.slow
