@@ -1,6 +1,7 @@
 # Two commands: `make run` (embedded name server + broker, messages flowing) and `make test`.
-# Both create .venv when missing and install pyrmq with its extras; nothing needs installing by hand
-# except Java 17+ for the Spark plugin, which comes from the system.
+# From the system they need only what .ci/check-tools lists (Python >= 3.11 with venv, a Java 17+ JDK, Node.js +
+# npm, Maven; it names the Debian package of anything missing). Everything else installs itself: .venv with pyrmq
+# and its extras here, ali-ons and the RocketMQ Java artifacts into ~/.cache/pyrmq (on first use, by the tests).
 
 PYTHON ?= python3
 VENV   := .venv
@@ -8,40 +9,41 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.pyrmq-installed
 PYTEST_ARGS ?=
 
-.PHONY: run test install check-python check-java bench clean
+# The editable install is "strict": .venv sees exactly the modules of the packages pyproject.toml declares (through
+# a tree of links under build/), so tests/ and bench/ never import as pyrmq.tests / pyrmq.bench. A module added or
+# removed changes this list, and the next make reinstalls.
+PKG_DIRS  := kernel store remoting plugins client spark_plugin configs
+PKG_FILES := $(VENV)/.pyrmq-files
+
+.PHONY: run test install check-python check-tools bench clean FORCE
 
 check-python:
-	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
-	  { echo "pyrmq needs Python >= 3.11 (found: $$($(PYTHON) --version 2>&1)). Set PYTHON=/path/to/python3.11"; exit 1; }
+	@PYTHON='$(PYTHON)' .ci/check-tools --python
 
-$(STAMP): pyproject.toml | check-python
+check-tools:
+	@PYTHON='$(PYTHON)' .ci/check-tools
+
+$(PKG_FILES): FORCE | check-python
 	@test -x $(BIN)/python || { echo ">> creating $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@{ ls *.py; find $(PKG_DIRS) -name '*.py' -o -name '*.toml'; } | LC_ALL=C sort > $@.new
+	@if cmp -s $@.new $@; then rm $@.new; else mv $@.new $@; fi
+
+$(STAMP): pyproject.toml $(PKG_FILES)
 	@echo ">> installing pyrmq with extras [spark,test] into $(VENV) (first time: a few minutes, pyspark is large)"
 	@$(BIN)/python -m pip install --quiet --upgrade pip
-	@$(BIN)/python -m pip install --quiet --progress-bar off -e '.[spark,test]'
+	@$(BIN)/python -m pip install --quiet --progress-bar off -e '.[spark,test]' --config-settings editable_mode=strict
 	@touch $(STAMP)
 
 install: $(STAMP)
 
-check-java:
-	@if ! command -v java >/dev/null 2>&1; then \
-	  echo "Java 17+ is missing: the Spark plugin (PySpark) needs it. Install it from the system, e.g."; \
-	  echo "    apt-get install -y openjdk-17-jre-headless"; \
-	  exit 1; \
-	fi; \
-	v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
-	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
-	  echo "Java 17+ is needed by the Spark plugin; found: $$(java -version 2>&1 | head -1)"; exit 1; \
-	fi
-
 run: $(STAMP)
 	$(BIN)/pyrmq dev --demo
 
-test: $(STAMP) check-java
+test: check-tools $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python bench/kernel_bench.py
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis $(STAMP)  # build/ holds the editable install's links

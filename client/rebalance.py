@@ -141,17 +141,25 @@ class Rebalancer:
 
     async def drop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         """Stop a queue this consumer no longer owns: commit its offset (and unlock it, orderly) first."""
-        pq.dropped = True
-        pq.has_messages.set()
         log.info("%s: %s drops %s", self.c.group, self.c.client_id, mq)
         if self.c.orderly and self.c.clustering:
-            # the message in progress finishes before the offset is committed and the broker lock released
+            # the message in progress finishes and records its offset before the queue is marked dropped, the
+            # offset committed and the broker lock released (see _drop_orderly)
             self.c.instance.spawn(self._drop_orderly, mq, pq)
             return
+        pq.dropped = True
+        pq.has_messages.set()
         await self._commit_and_forget(mq)
 
     async def _drop_orderly(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        # The queue is marked dropped only once its consume lock is ours: a message the listener is consuming right
+        # now still records its offset (a dropped queue records none, so a reset cannot be undone by a late
+        # commit), and that offset is what the next owner starts from. Marked earlier, the message finished by
+        # this consumer was consumed again by the next one. trio.Lock is fair: the queue's task, once it lets
+        # go, waits behind us and then sees the queue dropped.
         async with pq.consume_lock:
+            pq.dropped = True
+            pq.has_messages.set()
             await self._commit_and_forget(mq)
             await self.unlock([mq])
 

@@ -20,6 +20,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> Callable[[], int]:
+    """``free_port()``: a port on 127.0.0.1 nobody listens on right now (tests never import ``tests.conftest``)."""
+    return free_port
+
+
 @pytest.fixture
 def start_role(nursery: trio.Nursery, tmp_path) -> Callable[..., Any]:
     """``kernel = await start_role("namesrv", {"namesrv.listenPort": 0}, extra_plugins=[...])``; stopped at teardown."""

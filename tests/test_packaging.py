@@ -6,6 +6,7 @@ the installed `pyrmq` from outside the repository.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +35,24 @@ def test_every_package_in_the_tree_is_declared_in_pyproject():
             continue
         found.add(".".join(("pyrmq", *rel.parts)))
     assert found == declared, f"pyproject packages differ: missing {found - declared}, stale {declared - found}"
+
+
+def test_tests_and_bench_are_not_parts_of_pyrmq_in_the_editable_install(tmp_path):
+    # the interpreter running the tests is .venv's, where `make` installed pyrmq in editable strict mode
+    probe = (
+        "import importlib, json\n"
+        "out = {}\n"
+        "for name in ('pyrmq.kernel', 'pyrmq.configs', 'pyrmq.tests', 'pyrmq.bench', 'pyrmq.tests.conftest', 'tests'):\n"
+        "    try:\n"
+        "        importlib.import_module(name); out[name] = True\n"
+        "    except ModuleNotFoundError:\n"
+        "        out[name] = False\n"
+        "print(json.dumps(out))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
+    found = json.loads(sh(sys.executable, "-c", probe, cwd=tmp_path, env=env))
+    assert found == {"pyrmq.kernel": True, "pyrmq.configs": True, "pyrmq.tests": False, "pyrmq.bench": False,
+                     "pyrmq.tests.conftest": False, "tests": False}
 
 
 @pytest.mark.slow

@@ -11,8 +11,6 @@ import sys
 
 import trio
 
-from tests.conftest import free_port
-
 PYRMQ = [sys.executable, "-m", "pyrmq"]
 
 
@@ -83,7 +81,7 @@ async def test_admin_commands_print_readable_tables(dev, name):
     assert missing.returncode != 0 and "no route for topic" in missing.stderr.decode()
 
 
-async def test_an_unreachable_name_server_is_a_clear_error():
+async def test_an_unreachable_name_server_is_a_clear_error(free_port):
     dead = f"127.0.0.1:{free_port()}"
     for args in (
         ("produce", "--namesrv", dead, "-t", "T", "--count", "1"),
@@ -97,7 +95,7 @@ async def test_an_unreachable_name_server_is_a_clear_error():
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-async def test_dev_demo_shows_messages_flowing_and_stops_on_sigint(tmp_path):
+async def test_dev_demo_shows_messages_flowing_and_stops_on_sigint(tmp_path, free_port):
     namesrv_port = free_port()
     broker_port = free_port()
     while abs(broker_port - namesrv_port) <= 2:  # the broker also takes listenPort - 2 (VIP)

@@ -107,8 +107,9 @@ async def test_blocking_api_from_plain_threads(dev, name):
         iterating = BlockingPushConsumer(dev.namesrv, name("G"), consume_from="first")
         iterating.subscribe(topic)
         iterated = []
+        deadline = time.monotonic() + 30
         with iterating:
-            while (msg := iterating.receive(timeout=2)) is not None:
+            while time.monotonic() < deadline and (msg := iterating.receive(timeout=2)) is not None:
                 iterated.append(msg.msg_id)
                 if len(iterated) == len(sent):
                     break

@@ -99,7 +99,8 @@ async def test_adding_and_removing_a_consumer_rebalances_without_loss(dev, name)
                 await wait_until(lambda: len(seen.by_consumer["c2"]) >= 10, what="c2 consuming")
             # c2 left: c1 takes every queue back
             await wait_until(lambda: len(topic_queues(c1, topic)) == 4, what="c1 holding all queues again")
-            await done_sending.wait()
+            with trio.fail_after(20):
+                await done_sending.wait()
         await wait_until(lambda: set(sent) <= set(seen.ids()), what="every message")
     assert set(seen.ids()) == set(sent)  # no loss (a message may come twice around a rebalance)
 
@@ -284,10 +285,11 @@ async def test_async_iteration_acknowledges_what_the_loop_finished(dev, name):
     sent = await send(dev.namesrv, topic, 20)
     got: list[str] = []
     async with PushConsumer(dev.namesrv, group, subscribe={topic: "*"}, consume_from="first") as consumer:
-        async for msg in consumer:
-            got.append(msg.msg_id)
-            if len(got) == 12:
-                break
+        with trio.fail_after(20):  # fewer than 12 messages delivered must fail, not wait forever
+            async for msg in consumer:
+                got.append(msg.msg_id)
+                if len(got) == 12:
+                    break
     rest: list[str] = []
     async with PushConsumer(dev.namesrv, group, subscribe={topic: "*"}) as consumer:
         with trio.move_on_after(5):

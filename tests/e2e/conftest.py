@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -70,17 +71,23 @@ class Role:
             [sys.executable, "-m", "pyrmq", "--log-level", "INFO", *self.args],
             stdout=subprocess.PIPE, stderr=self.log,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline().decode()
-            if not line:
-                raise AssertionError(f"{self.args} exited ({self.proc.wait()}); see {self.log_path}:\n{self.log_path.read_text()[-3000:]}")
-            if line.startswith("pyrmq ") and " on " in line:
-                for part in line.split(":", 1)[1].split("(")[0].split(","):
-                    role, _, addr = part.strip().partition(" on ")
-                    self.listening[role] = addr.strip()
-                return self
-        raise AssertionError(f"{self.args} did not start within {timeout} s; see {self.log_path}")
+        # readline() blocks: a role that prints nothing is killed at the deadline, which ends the read
+        deadline = threading.Timer(timeout, self.proc.kill)
+        deadline.start()
+        try:
+            while True:
+                line = self.proc.stdout.readline().decode()
+                if not line:
+                    if not deadline.is_alive():
+                        raise AssertionError(f"{self.args} did not start within {timeout} s; see {self.log_path}")
+                    raise AssertionError(f"{self.args} exited ({self.proc.wait()}); see {self.log_path}:\n{self.log_path.read_text()[-3000:]}")
+                if line.startswith("pyrmq ") and " on " in line:
+                    for part in line.split(":", 1)[1].split("(")[0].split(","):
+                        role, _, addr = part.strip().partition(" on ")
+                        self.listening[role] = addr.strip()
+                    return self
+        finally:
+            deadline.cancel()
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.proc is None or self.proc.poll() is not None:

@@ -14,14 +14,11 @@ import subprocess
 import sys
 import time
 
-import pytest
 import trio
 
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store.format import decode_messages, encode_properties
-
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL")
 
 
 def free_port() -> int:

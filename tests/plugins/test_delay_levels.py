@@ -178,11 +178,12 @@ async def test_delayed_send_over_the_wire(start_role, remoting_client):
     assert (await remoting_client.invoke(addr, _pull("TD"))).code == ResponseCode.PULL_NOT_FOUND
     parked = await remoting_client.invoke(addr, _pull(SCHEDULE_TOPIC, 0))
     [p] = decode_messages(parked.body_bytes())
-    while True:
-        r = await remoting_client.invoke(addr, _pull("TD"))
-        if r.code == ResponseCode.SUCCESS:
-            break
-        await trio.sleep(0.1)
+    with trio.fail_after(10):  # due after 1 s
+        while True:
+            r = await remoting_client.invoke(addr, _pull("TD"))
+            if r.code == ResponseCode.SUCCESS:
+                break
+            await trio.sleep(0.1)
     [m] = decode_messages(r.body_bytes())
     assert m.body == b"delayed" and m.store_timestamp - p.store_timestamp >= 1000
     assert "DELAY" not in m.properties and m.properties["KEYS"] == "k" and m.properties["REAL_TOPIC"] == "TD"

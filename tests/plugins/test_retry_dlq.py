@@ -81,16 +81,17 @@ async def test_failing_every_time_is_delivered_1_plus_16_times_then_dead_lettere
     origin_msg_id = broker.store.look_message_by_offset(put.append.wrote_offset).msg_id
     deliveries = [broker.read("T")[0]]
     seen = 0
-    while True:
-        # the consumer fails every message at once and sends it back (delayLevel 0: the broker decides)
-        code, remark = broker.processor.handle(send_back(deliveries[-1].commit_log_offset, max_times=16))
-        assert (code, remark) == (ResponseCode.SUCCESS, None)
-        if len(broker.read("%DLQ%g")):
-            break
-        while len(broker.read("%RETRY%g", 0, seen)) == 0:
-            await trio.sleep(0.25)
-        deliveries.append(broker.read("%RETRY%g", 0, seen)[0])
-        seen += 1
+    with trio.fail_after(3600):  # virtual time (autojump): the 16 retries are due within 3 + 4 + ... + 18 = 168 s
+        while True:
+            # the consumer fails every message at once and sends it back (delayLevel 0: the broker decides)
+            code, remark = broker.processor.handle(send_back(deliveries[-1].commit_log_offset, max_times=16))
+            assert (code, remark) == (ResponseCode.SUCCESS, None)
+            if len(broker.read("%DLQ%g")):
+                break
+            while len(broker.read("%RETRY%g", 0, seen)) == 0:
+                await trio.sleep(0.25)
+            deliveries.append(broker.read("%RETRY%g", 0, seen)[0])
+            seen += 1
     assert len(deliveries) == 1 + 16
     intervals = [b.store_timestamp - a.store_timestamp for a, b in zip(deliveries, deliveries[1:])]
     # reconsume count n comes back after level 3 + n (here 3 + n seconds), never earlier

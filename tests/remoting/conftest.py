@@ -9,13 +9,14 @@ from trio.testing import MockClock
 
 from pyrmq.remoting.server import RemotingServer
 
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-CAPTURES = SHARED / "conformance" / "captures"
-SPEC = SHARED / "spec" / "rocketmq-4x-protocol.md"
+#: test vectors kept in the repository (tests/data/captures/README.md says where each frame came from)
+DATA = Path(__file__).resolve().parents[1] / "data"
+CAPTURES = DATA / "captures"
 
 
 def load_captures(prefix: str = "") -> list[tuple[str, bytes, dict]]:
     out = []
+    assert CAPTURES.is_dir(), f"{CAPTURES} is missing"
     for bin_path in sorted(CAPTURES.glob(f"{prefix}*.bin")):
         meta = json.loads(bin_path.with_suffix(".json").read_text())
         out.append((bin_path.stem, bin_path.read_bytes(), meta))

@@ -114,9 +114,10 @@ async def test_decoder_over_a_memory_stream():
             got.extend(dec.feed(data))
         assert dec.buffered == 0
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(sender)
-        nursery.start_soon(receiver)
+    with trio.fail_after(10):  # a frame the decoder never completes would leave the receiver waiting
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sender)
+            nursery.start_soon(receiver)
     assert got == cmds
 
 
@@ -133,14 +134,15 @@ async def test_memory_stream_request_response_loop():
                 await server.send_all(out)
         await server.aclose()
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(echo_server)
-        await client.send_all(b"".join(r.encode() for r in requests))
-        dec = FrameDecoder()
-        responses: list[RemotingCommand] = []
-        while len(responses) < len(requests):
-            responses += dec.feed(await client.receive_some(65536))
-        await client.aclose()
+    with trio.fail_after(10):  # a response missing would leave the loop waiting
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(echo_server)
+            await client.send_all(b"".join(r.encode() for r in requests))
+            dec = FrameDecoder()
+            responses: list[RemotingCommand] = []
+            while len(responses) < len(requests):
+                responses += dec.feed(await client.receive_some(65536))
+            await client.aclose()
     assert [r.opaque for r in responses] == [r.opaque for r in requests]
     assert all(r.is_response and r.ext_fields["n"] == q.ext_fields["topic"] for r, q in zip(responses, requests))
     assert [r.serialize_type for r in responses] == [q.serialize_type for q in requests]

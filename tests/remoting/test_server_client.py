@@ -54,12 +54,13 @@ class RawClient:
             n = await self.sock.send(data)
             data = data[n:]
 
-    async def receive(self, count: int) -> list[RemotingCommand]:
-        while len(self.received) < count:
-            data = await self.sock.recv(65536)
-            if not data:
-                raise EOFError
-            self.received += self.decoder.feed(data)
+    async def receive(self, count: int, timeout: float = 10) -> list[RemotingCommand]:
+        with trio.fail_after(timeout):
+            while len(self.received) < count:
+                data = await self.sock.recv(65536)
+                if not data:
+                    raise EOFError
+                self.received += self.decoder.feed(data)
         out, self.received = self.received[:count], self.received[count:]
         return out
 
@@ -109,7 +110,8 @@ async def test_invoke_oneway_from_client(serve):
     _, addr = await serve({RequestCode.UNLOCK_BATCH_MQ: notify})
     async with RemotingClient() as client:
         await client.invoke_oneway(addr, RemotingCommand.request(RequestCode.UNLOCK_BATCH_MQ))
-        await got.wait()
+        with trio.fail_after(5):
+            await got.wait()
 
 
 async def test_pipelining_1000_concurrent_invokes(serve):
@@ -250,7 +252,8 @@ async def test_server_initiated_requests_reach_client_handlers(serve):
         assert channel.attributes["clientID"] == "c1"
         await channel.invoke_oneway(
             RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": "g1"}))
-        await notified.wait()
+        with trio.fail_after(5):
+            await notified.wait()
         # a ROCKETMQ-serialised request from the server is still sent as JSON (spec 1.5)
         req = RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, {"msgId": "M1"}, b"msg",
                                       serialize_type=1)
@@ -443,7 +446,8 @@ async def test_pending_invokes_fail_when_server_goes_away(nursery):
                     await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(ECHO), timeout=30)
 
             inner.start_soon(call)
-            await entered.wait()
+            with trio.fail_after(5):
+                await entered.wait()
             server.stop()
 
 

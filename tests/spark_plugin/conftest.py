@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -119,7 +120,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
         [sys.executable, "-m", "pyrmq", "dev", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir", str(store / "store")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
     )
-    line = proc.stdout.readline() if proc.stdout else ""
+    deadline = threading.Timer(60, proc.kill)  # readline() blocks: a silent `pyrmq dev` is killed, ending the read
+    deadline.start()
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+    finally:
+        deadline.cancel()
     if "pyrmq dev:" not in line:
         proc.kill()
         raise RuntimeError(f"pyrmq dev did not start: {line}{proc.stdout.read() if proc.stdout else ''}")
@@ -136,8 +142,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
-    pytest.importorskip("pyspark", reason="the Spark plugin tests need the extra: pip install 'pyrmq[spark]'")
-    pytest.importorskip("pyarrow", reason="the Spark plugin tests need the extra: pip install 'pyrmq[spark]'")
+    try:  # `make test` installs the extra: its absence is a failure, not a skip
+        import pyarrow  # noqa: F401
+        import pyspark  # noqa: F401
+    except ImportError as exc:
+        pytest.fail(f"the Spark plugin tests need the extra (make test installs it): pip install 'pyrmq[spark]' ({exc})")
     from pyrmq.spark_plugin import spark_session
 
     session = spark_session(

@@ -30,7 +30,8 @@ import pyrmq.spark_plugin, pyrmq.spark_plugin.cli
 from pyrmq.kernel.cli import main
 sys.exit(main(['export', '--namesrv', '127.0.0.1:1', '--topic', 'T', '--to', '/tmp/x']))
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1"))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1"))
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'pyrmq[spark]'" in proc.stderr
     assert "pyspark" in proc.stderr
@@ -44,7 +45,7 @@ try:
 except SparkSetupError as exc:
     print(exc)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "pip install 'pyrmq[spark]'" in proc.stdout
 
 

@@ -20,7 +20,7 @@ from pyrmq.store.format import (
     java_string_hash,
 )
 
-CAPTURES = Path("/work/shared/conformance/captures")
+CAPTURES = Path(__file__).resolve().parents[1] / "data" / "captures"  # real clients' frames, kept in the repository
 
 
 def _frame_body(raw: bytes) -> bytes:

@@ -4,6 +4,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 
 from pyrmq.store import MessageStore, PutMessageStatus
 
@@ -143,6 +144,8 @@ def test_sigkill_during_sync_flush_writes_loses_nothing_acknowledged(tmp_path):
     acked: list[tuple[int, str]] = []
     for _round in range(2):
         proc = subprocess.Popen([sys.executable, helper, root], stdout=subprocess.PIPE, text=True)
+        deadline = threading.Timer(60, proc.kill)  # a writer that stalls is killed, which ends the read below
+        deadline.start()
         try:
             target = len(acked) + 150
             for line in proc.stdout:
@@ -150,7 +153,9 @@ def test_sigkill_during_sync_flush_writes_loses_nothing_acknowledged(tmp_path):
                 acked.append((int(qoff), uniq))
                 if len(acked) >= target:
                     break
+            assert len(acked) >= target, f"the writer stopped after {len(acked)} acknowledged writes"
         finally:
+            deadline.cancel()
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             proc.stdout.close()
