@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from pyrmq.kernel.bundles import BrokerSettings, parse_delay_levels
-from pyrmq.plugins.delay_levels import SCHEDULE_TOPIC, DelayLevelService
+from pyrmq.plugins.broker.delay_levels import SCHEDULE_TOPIC, DelayLevelService
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store import GetMessageStatus, MessageRecord, MessageStore, StoreConfig, decode_messages
@@ -165,7 +165,7 @@ async def test_delayed_send_over_the_wire(start_role, remoting_client):
     addr = kernel.listening["broker"]
     # both schedulers were collected once through pyrmq_register_delay_schedulers
     from pyrmq.plugins.broker.core import BROKER
-    from pyrmq.plugins.timer import TimerService
+    from pyrmq.plugins.broker.timer import TimerService
 
     schedulers = kernel.state.get(BROKER).delay_schedulers
     assert sorted(type(s).__name__ for s in schedulers) == ["DelayLevelService", "TimerService"]

@@ -16,8 +16,8 @@ from pyrmq.client.dlq import list_dlq, resend_dlq
 from pyrmq.kernel.bundles import BrokerSettings
 from pyrmq.plugins.broker.groups import SubscriptionGroupManager
 from pyrmq.plugins.broker.topics import TopicConfigManager
-from pyrmq.plugins.delay_levels import DelayLevelService
-from pyrmq.plugins.retry_dlq import SendBackProcessor
+from pyrmq.plugins.broker.delay_levels import DelayLevelService
+from pyrmq.plugins.broker.retry_dlq import SendBackProcessor
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store import GetMessageStatus, MessageRecord, MessageStore, StoreConfig, decode_messages

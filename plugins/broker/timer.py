@@ -37,7 +37,7 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
-from pyrmq.plugins.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
+from pyrmq.plugins.broker.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
 from pyrmq.store.consume_queue import BLANK_SIZE
 from pyrmq.store.format import MessageRecord
 from pyrmq.store.results import PutMessageStatus
@@ -406,7 +406,7 @@ def pyrmq_register_delay_schedulers(kernel: Any) -> list[Any] | None:
     if existing is not None:  # collected again (configuration change): the same service
         return [existing]
     settings = ctx.settings
-    options = kernel.plugin_settings("pyrmq.plugins.timer")
+    options = kernel.plugin_settings("pyrmq.plugins.broker.timer")
     service = TimerService(
         ctx.store,
         os.path.join(str(settings.store_root), "timerwheel"),
