@@ -99,9 +99,14 @@ ORDER_SCHEDULE = 300
 class PutInterceptor(Protocol):
     """Sees every message a client puts (send, batch send, send-back) between "decoded" and "appended".
 
-    ``intercept(record, context)`` returns the record to append (the same object when it does not apply: that
-    check must be cheap, it runs for every message), a re-addressed copy (``attrs.evolve``), or a
-    :class:`Rejection`. Interceptors run in ascending ``order`` (then ``name``), each on the previous one's output.
+    ``intercept(record, context)`` returns the record to append (the same object when it does not apply), a
+    re-addressed copy (``attrs.evolve``), or a :class:`Rejection`. Interceptors run in ascending ``order`` (then
+    ``name``), each on the previous one's output.
+
+    Optional triggers keep a plain send cheap: an interceptor with ``trigger_properties`` (a frozenset of property
+    names) and/or ``trigger_topic_prefixes`` (a tuple) asks to see only messages carrying one of those properties or
+    addressed to such a topic; one without either sees every message (an ACL check). The chain runs, all of it, only
+    for a message some interceptor's trigger matches, so ``intercept`` must still check for itself.
     """
 
     name: str
@@ -113,11 +118,13 @@ class PutInterceptor(Protocol):
 class PutChain:
     """The broker's put interceptors, collected once at start (:meth:`Kernel.collect`) and called directly.
 
-    ``steps`` is a tuple of the interceptors' bound ``intercept`` methods; an empty chain costs a send one truth
-    test. Calling the chain returns the record to append or the first :class:`Rejection`.
+    ``steps`` is a tuple of the interceptors' bound ``intercept`` methods. A processor asks :meth:`applies` first
+    (one set test and one ``startswith`` when every interceptor has a trigger, False at once for an empty chain)
+    and builds a :class:`PutContext` and calls the chain only then. Calling the chain returns the record to append
+    or the first :class:`Rejection`.
     """
 
-    __slots__ = ("interceptors", "steps")
+    __slots__ = ("interceptors", "steps", "always", "trigger_properties", "trigger_topic_prefixes")
 
     def __init__(self, interceptors: Sequence[PutInterceptor] = ()) -> None:
         self.set(interceptors)
@@ -125,6 +132,27 @@ class PutChain:
     def set(self, interceptors: Sequence[PutInterceptor]) -> None:
         self.interceptors = tuple(sorted(interceptors, key=lambda i: (i.order, i.name)))
         self.steps: tuple[Callable[[Any, PutContext], Any], ...] = tuple(i.intercept for i in self.interceptors)
+        properties: set[str] = set()
+        prefixes: list[str] = []
+        always = False
+        for interceptor in self.interceptors:
+            keys = getattr(interceptor, "trigger_properties", None)
+            starts = getattr(interceptor, "trigger_topic_prefixes", None)
+            if keys is None and starts is None:
+                always = True
+            properties.update(keys or ())
+            prefixes.extend(starts or ())
+        self.always = always
+        self.trigger_properties = frozenset(properties)
+        self.trigger_topic_prefixes = tuple(prefixes)
+
+    def applies(self, record: Any) -> bool:
+        """Whether any interceptor wants to see ``record`` (see :class:`PutInterceptor`'s triggers)."""
+        return (
+            self.always
+            or not self.trigger_properties.isdisjoint(record.properties)
+            or record.topic.startswith(self.trigger_topic_prefixes)
+        )
 
     def __bool__(self) -> bool:
         return bool(self.steps)

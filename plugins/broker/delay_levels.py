@@ -99,6 +99,7 @@ class DelayLevelService:
 
     name = "delay-levels"
     order = ORDER_SCHEDULE
+    trigger_properties = frozenset({PROPERTY_DELAY})
 
     def __init__(
         self,

@@ -70,6 +70,7 @@ class DeadLetterInterceptor:
 
     name = "dead-letter"
     order = ORDER_REROUTE
+    trigger_topic_prefixes = (RETRY_GROUP_TOPIC_PREFIX,)
 
     def __init__(self, topics: Any, groups: Any) -> None:
         self.topics = topics
@@ -157,7 +158,7 @@ class SendBackProcessor:
         record = msg.to_record(
             topic, queue_id, properties, reconsume_times=msg.reconsume_times + 1, prepared_transaction_offset=0
         )
-        if self.put_chain:
+        if self.put_chain.applies(record):
             context = PutContext(
                 PutKind.SEND_BACK, request, born_host, msg.reconsume_times, max_times, dead_letter=delay_level < 0
             )

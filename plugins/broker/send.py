@@ -177,7 +177,7 @@ class SendProcessor:
             raise SendRejected(ResponseCode.NO_PERMISSION, f"the broker[{self.ctx.settings.brokerIP1}] sending transaction message is forbidden")
         record = self.record(header, header.topic, queue_id, request.body_bytes(), properties, born_host)
         chain = self.chain
-        if chain:
+        if chain.applies(record):
             context = PutContext(
                 PutKind.SEND, request, born_host, header.reconsume_times or 0,
                 self.max_reconsume_times(header, request.version),
@@ -210,7 +210,7 @@ class SendProcessor:
             properties = decode_properties(entry.properties_bytes) if entry.properties_bytes else {}
             properties.update(outer)
             record = self.record(header, header.topic, queue_id, entry.body, properties, born_host, flag=entry.flag)
-            if chain:
+            if chain.applies(record):
                 record = chain(record, PutContext(PutKind.BATCH, request, born_host, header.reconsume_times or 0))
                 if record.__class__ is Rejection:
                     raise SendRejected(record.code, record.remark)

@@ -70,6 +70,7 @@ class TimerService:
 
     name = "timer"
     order = ORDER_SCHEDULE + 10
+    trigger_properties = frozenset({PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC})
 
     def __init__(
         self,

@@ -224,3 +224,35 @@ async def test_unconfigure_keeps_going_when_one_plugin_fails():
 
     await relay_with(Broken(), Fine()).unconfigure(kernel=None)
     assert closed == ["fine"]
+
+
+def test_the_put_chain_runs_only_for_messages_an_interceptor_asks_for():
+    from pyrmq.kernel.types import PutChain, PutContext, PutKind, Rejection
+    from pyrmq.store.format import MessageRecord
+
+    seen = []
+
+    class Wants:
+        def __init__(self, name, order, **triggers):
+            self.name, self.order = name, order
+            for key, value in triggers.items():
+                setattr(self, key, value)
+
+        def intercept(self, record, context):
+            seen.append(self.name)
+            return Rejection(16, f"{self.name} refuses") if record.topic == "Refused" else record
+
+    delay = Wants("delay", 300, trigger_properties=frozenset({"DELAY"}))
+    dlq = Wants("dlq", 200, trigger_topic_prefixes=("%RETRY%",))
+    chain = PutChain([delay, dlq])
+    plain = MessageRecord("Orders", 0, b"x", properties={"TAGS": "a"})
+    assert not PutChain().applies(plain) and not PutChain()
+    assert not chain.applies(plain)
+    assert chain.applies(MessageRecord("Orders", 0, b"x", properties={"DELAY": "3"}))
+    assert chain.applies(MessageRecord("%RETRY%g", 0, b"x"))
+    context = PutContext(PutKind.SEND, None, ("127.0.0.1", 1))
+    assert chain(MessageRecord("%RETRY%g", 0, b"x"), context).topic == "%RETRY%g"
+    assert seen == ["dlq", "delay"]  # by order, and the whole chain once it runs
+    every = PutChain([delay, dlq, Wants("acl", 100)])
+    assert every.applies(plain)
+    assert every(MessageRecord("Refused", 0, b"x"), context) == Rejection(16, "acl refuses")
