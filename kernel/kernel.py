@@ -55,7 +55,7 @@ class State:
 class Kernel:
     """One running role (name server, broker, or both in ``pyrmq dev``).
 
-    Built by :func:`pyrmq.kernel.service.build_kernel`; plugins receive it in every hook. ``processors`` and
+    Built by :func:`pyrmq.kernel.service.build_kernel`; plugins receive it in every hook. ``processors``,
     ``store_dispatchers`` and ``put_chain`` are filled once at start from the dispatch hooks and then used directly on
     hot paths.
     """

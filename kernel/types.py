@@ -21,7 +21,7 @@ AllocateStrategy = Callable[[str, str, Sequence[Any], Sequence[str]], list[Any]]
 
 @runtime_checkable
 class StoreDispatcher(Protocol):
-    """Sees every record appended to the commit log, in ``order`` (consume queue 0, index 10, features later)."""
+    """Sees every record appended to the commit log, in ``order`` (consume queue 0, index 10, long polling 20)."""
 
     name: str
     order: int
@@ -34,7 +34,7 @@ class MessageFilter(Protocol):
     """A compiled subscription, handed to the store's read path (RocketMQ's MessageFilter).
 
     ``is_matched_by_consume_queue`` is the cheap check on a consume-queue entry's tags code;
-    ``is_matched_by_commit_log`` the full check on the stored record (SQL92 reads its properties).
+    ``is_matched_by_commit_log`` the full check on the stored record (a property filter reads its properties).
     """
 
     def is_matched_by_consume_queue(self, tags_code: int) -> bool: ...
