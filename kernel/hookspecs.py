@@ -141,7 +141,9 @@ def pyrmq_register_put_interceptors(kernel: Kernel) -> Sequence[PutInterceptor] 
     reply), batch-send and CONSUMER_SEND_MSG_BACK processors call directly for each message (RocketMQ's
     SendMessageHook / PutMessageHook). ``interceptor.intercept(record, context)`` returns the record to append,
     a re-addressed copy, or a :class:`pyrmq.kernel.types.Rejection` (the client gets its response code and remark).
-    Shipped: the dead-letter re-routing (retry_dlq, order 200), delay levels (300) and the timer (310).
+    An interceptor may declare ``trigger_properties`` / ``trigger_topic_prefixes`` so that a send it does not care
+    about never runs the chain (:class:`pyrmq.kernel.types.PutInterceptor`). Return objects created in
+    ``pyrmq_configure``. Shipped: the dead-letter re-routing (retry_dlq, order 200), delay levels (300) and the timer (310).
     """
 
 
