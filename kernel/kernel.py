@@ -51,6 +51,10 @@ class State:
     def __contains__(self, key: StateKey[Any]) -> bool:
         return key in self._values
 
+    def items(self) -> list[tuple[StateKey[Any], Any]]:
+        """Every key and object (``pyrmq plugins``-style listings and the plugin-order meta-test)."""
+        return list(self._values.items())
+
 
 class Kernel:
     """One running role (name server, broker, or both in ``pyrmq dev``).

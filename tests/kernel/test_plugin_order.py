@@ -79,7 +79,7 @@ async def snapshot_role(bundle: Bundle, tmp_path) -> dict[str, Any]:
                 "store dispatchers (collected)": [d.name for d in kernel.store_dispatchers],
                 "store dispatchers (store)": [d.name for d in broker.store.dispatchers] if broker else [],
                 "put interceptors": [(i.order, i.name, qualname(i)) for i in kernel.put_chain.interceptors],
-                "state": sorted((key.name, qualname(value)) for key, value in kernel.state._values.items()),
+                "state": sorted((key.name, qualname(value)) for key, value in kernel.state.items()),
                 "services": sorted(task_names(kernel.nursery)),
             }
             kernel.request_stop()
