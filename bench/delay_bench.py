@@ -23,7 +23,7 @@ import time
 
 import trio
 
-from pyrmq.plugins.timer import TimerService
+from pyrmq.plugins.broker.timer import TimerService
 from pyrmq.store import MessageRecord, MessageStore, StoreConfig
 
 

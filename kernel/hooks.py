@@ -2,8 +2,7 @@
 
 pluggy has no async support. For an async spec the relay calls each implementation itself, in pluggy's order
 (``tryfirst`` ones first, ``trylast`` ones last, otherwise last registered first), and awaits it before calling
-the next; for the async first-result hooks (``hookspecs.FIRST_RESULT``) it stops at the first non-None answer.
-Sync hooks go through pluggy as usual.
+the next. Sync hooks go through pluggy as usual.
 """
 
 from __future__ import annotations
@@ -15,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pyrmq.kernel import hookspecs
-from pyrmq.kernel.types import TransactionDecision
+from pyrmq.kernel.types import PutInterceptor
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -24,15 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import trio
 
     from pyrmq.kernel.kernel import Kernel
-    from pyrmq.kernel.types import (
-        AllocateStrategy,
-        DelayScheduler,
-        FlushPolicy,
-        MessageFilter,
-        Processor,
-        Replicator,
-        StoreDispatcher,
-    )
+    from pyrmq.kernel.types import AllocateStrategy, MessageFilter, Processor, StoreDispatcher
 
 log = logging.getLogger("pyrmq.kernel.hooks")
 
@@ -58,19 +48,13 @@ class HookRelay:
     # -- generic async calling -----------------------------------------------------------------------------
 
     async def call_async(self, name: str, **kwargs: Any) -> list[Any]:
-        """Await every implementation of async hook ``name`` one by one; collect non-None results.
-
-        For hooks in ``hookspecs.FIRST_RESULT`` stop at the first non-None result (a one-element list).
-        """
-        first_only = name in hookspecs.FIRST_RESULT
+        """Await every implementation of async hook ``name`` one by one; collect non-None results."""
         results: list[Any] = []
         for impl in impl_order(self.pm, name):
             args = {arg: kwargs[arg] for arg in impl.argnames}
             result = await impl.function(**args)
             if result is not None:
                 results.append(result)
-                if first_only:
-                    break
         return results
 
     # -- lifecycle -------------------------------------------------------------------------------------------
@@ -116,29 +100,25 @@ class HookRelay:
             found.extend(answer or ())
         return sorted(found, key=lambda d: (d.order, d.name))
 
+    def register_put_interceptors(self, kernel: Kernel) -> list[PutInterceptor]:
+        """Every plugin's put interceptors, sorted by ``order`` then ``name`` (never by plugin order)."""
+        found: list[PutInterceptor] = []
+        for answer in self._hook.pyrmq_register_put_interceptors(kernel=kernel):
+            found.extend(answer or ())
+        return sorted(found, key=lambda i: (i.order, i.name))
+
     def connection_opened(self, kernel: Kernel, role: str, connection: Any) -> None:
         self._hook.pyrmq_connection_opened(kernel=kernel, role=role, connection=connection)
 
     def connection_closed(self, kernel: Kernel, role: str, connection: Any) -> None:
         self._hook.pyrmq_connection_closed(kernel=kernel, role=role, connection=connection)
 
-    # -- filter, flush, HA -----------------------------------------------------------------------------------
+    # -- filter, allocate --------------------------------------------------------------------------------------
 
     def make_message_filter(self, kernel: Kernel, expression_type: str, expression: str) -> MessageFilter | None:
         return self._hook.pyrmq_make_message_filter(
             kernel=kernel, expression_type=expression_type, expression=expression
         )
-
-    def make_flush_policy(self, kernel: Kernel, flush_disk_type: str) -> FlushPolicy | None:
-        return self._hook.pyrmq_make_flush_policy(kernel=kernel, flush_disk_type=flush_disk_type)
-
-    def make_replicator(self, kernel: Kernel, broker_role: str) -> Replicator | None:
-        return self._hook.pyrmq_make_replicator(kernel=kernel, broker_role=broker_role)
-
-    def slave_acked(self, kernel: Kernel, slave_address: str, acked_offset: int) -> None:
-        self._hook.pyrmq_slave_acked(kernel=kernel, slave_address=slave_address, acked_offset=acked_offset)
-
-    # -- allocate, delay, transaction ------------------------------------------------------------------------
 
     def register_allocate_strategies(self) -> dict[str, AllocateStrategy]:
         table: dict[str, AllocateStrategy] = {}
@@ -146,18 +126,6 @@ class HookRelay:
             for name, strategy in (impl.function() or {}).items():
                 table.setdefault(name, strategy)
         return table
-
-    def register_delay_schedulers(self, kernel: Kernel) -> list[DelayScheduler]:
-        found: list[DelayScheduler] = []
-        for answer in self._hook.pyrmq_register_delay_schedulers(kernel=kernel):
-            found.extend(answer or ())
-        return found
-
-    async def check_transaction(self, kernel: Kernel, half_message: Any, check_times: int) -> TransactionDecision:
-        results = await self.call_async(
-            "pyrmq_check_transaction", kernel=kernel, half_message=half_message, check_times=check_times
-        )
-        return TransactionDecision(results[0]) if results else TransactionDecision.UNKNOWN
 
 
 def relay_methods() -> Sequence[str]:

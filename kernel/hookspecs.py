@@ -4,14 +4,19 @@ pluggy project name: ``pyrmq``; every hook is prefixed ``pyrmq_``.
 
 Colour. A spec written ``async def`` is an *async hook*: its implementations must be ``async def`` too, and the
 kernel's relay (:mod:`pyrmq.kernel.hooks`) awaits them one by one in pluggy's order. ``firstresult=True`` and hook
-wrappers are never used on async specs (pluggy would stop at an unawaited coroutine); async first-result hooks are
-marked with the ``FIRST_RESULT`` set below and the relay stops at the first non-None answer itself.
+wrappers are never used on async specs (pluggy would stop at an unawaited coroutine).
 
 Verbs (STYLE.md): ``pyrmq_register_*`` collects lists or tables from every plugin; ``pyrmq_make_*`` / ``pyrmq_get_*``
 means the first non-None answer wins, so a user plugin answers before the built-in one (built-ins are ``trylast``).
 
-Hot paths never go through pluggy: processors, store dispatchers, filters, flush policies, delay schedulers and
-allocation strategies are collected once when a role starts and then called directly.
+Order. A hook's call order never decides what a role is made of: the broker core builds its context in a
+``tryfirst`` ``pyrmq_configure``, every feature plugin creates its objects in its own ``pyrmq_configure``, and the
+``pyrmq_register_*`` hooks only return objects that already exist. Ordered collections carry their own ``order``
+(store dispatchers, put interceptors). tests/kernel/test_plugin_order.py starts every bundle with its plugin list
+reversed and shuffled and checks that nothing changes.
+
+Hot paths never go through pluggy: processors, store dispatchers, put interceptors, filters and allocation
+strategies are collected once when a role starts (or a subscription is registered) and then called directly.
 """
 
 from __future__ import annotations
@@ -27,25 +32,12 @@ if TYPE_CHECKING:  # pragma: no cover - types only
     import trio
 
     from pyrmq.kernel.kernel import Kernel
-    from pyrmq.kernel.types import (
-        AllocateStrategy,
-        DelayScheduler,
-        FlushPolicy,
-        MessageFilter,
-        Processor,
-        Replicator,
-        StoreDispatcher,
-        TransactionDecision,
-    )
+    from pyrmq.kernel.types import AllocateStrategy, MessageFilter, Processor, PutInterceptor, StoreDispatcher
 
 PROJECT = "pyrmq"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
-
-#: async hooks whose relay call stops at the first non-None result (pluggy's firstresult is unusable for them)
-FIRST_RESULT: frozenset[str] = frozenset({"pyrmq_check_transaction"})
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # Lifecycle
@@ -63,10 +55,12 @@ def pyrmq_addhooks(pluginmanager: pluggy.PluginManager) -> None:
 
 @hookspec
 def pyrmq_configure(kernel: Kernel) -> None:
-    """Create the plugin's state for this role and store it on the kernel under a typed key.
+    """Create the plugin's objects for this role (processors, services, interceptors) and store them on the kernel.
 
     Called once by the kernel's service (:func:`pyrmq.kernel.service.serve_kernel`) when a role starts, after
-    plugins are loaded and before any processor, dispatcher or service is collected. Read settings from
+    plugins are loaded and before any processor, dispatcher or interceptor is collected. A role's core plugin
+    implements it ``tryfirst`` (the broker core builds its context and store there), so a feature plugin finds the
+    core's objects (e.g. ``kernel.state.get(BROKER)``) whatever its place in the bundle. Read settings from
     ``kernel.bundle`` and ``kernel.plugin_settings(name)``; put objects with ``kernel.state.put(KEY, obj)`` so other
     plugins can find them through the same key. Raise :class:`pyrmq.kernel.errors.ConfigError` for a bad setting.
     Return value unused.
@@ -77,8 +71,9 @@ def pyrmq_configure(kernel: Kernel) -> None:
 async def pyrmq_serve(kernel: Kernel, nursery: trio.Nursery) -> None:
     """Start the plugin's long-lived services in ``nursery`` and return once they are ready.
 
-    Called once per role start by the kernel's service, after ``pyrmq_configure`` and after the processor table
-    and store dispatchers are collected (``kernel.processors``, ``kernel.store_dispatchers``). Awaited one plugin at
+    Called once per role start by the kernel's service, after ``pyrmq_configure`` and after the processor table,
+    store dispatchers and put interceptors are collected (``kernel.processors``, ``kernel.store_dispatchers``,
+    ``kernel.put_chain``). The broker core's is ``tryfirst`` (it recovers the store). Awaited one plugin at
     a time in pluggy's order. Objects are created in ``pyrmq_configure``, so a service may use another plugin's
     object whatever order the services start in. Start services with ``await nursery.start(service.run)`` so this
     returns only when each has called ``task_status.started()``.
@@ -109,7 +104,7 @@ def pyrmq_add_commands(subparsers: argparse._SubParsersAction, kernel_cli: Any) 
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Dispatch: request processors and store dispatchers
+# Dispatch: request processors, store dispatchers, put interceptors, connection events
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -119,9 +114,9 @@ def pyrmq_register_processors(kernel: Kernel, role: str) -> Mapping[int, Process
 
     Called once per role of the bundle (``namesrv``, ``broker``) by the kernel's service at start; the answers are
     merged into ``kernel.processors[role]``, the table that role's remoting server calls directly (no pluggy per
-    request). Return None for a role the plugin does not serve. When two plugins register one
-    code, the first in pluggy's call order wins (a user plugin before the ``trylast`` built-ins) and the kernel logs
-    the override. A processor is ``async (connection, request) -> RemotingCommand | None``; None means it answers
+    request). Return processors created in ``pyrmq_configure``; None for a role the plugin does not serve. When two
+    plugins register one code, the first in pluggy's call order wins (a user plugin before the ``trylast``
+    built-ins) and the kernel logs the override. A processor is ``async (connection, request) -> RemotingCommand | None``; None means it answers
     later through ``connection.send_response`` (long polling, flush waits) or the request was oneway.
     """
 
@@ -132,8 +127,23 @@ def pyrmq_register_store_dispatchers(kernel: Kernel) -> Sequence[StoreDispatcher
 
     Called once by the kernel's service at role start, before the store starts; the answers of all plugins are
     concatenated and sorted by ``dispatcher.order`` (then name) into ``kernel.store_dispatchers``, the ordered list
-    the store's reput loop calls directly for each record. The consume-queue builder (order 0) and the index builder
-    (order 10) are built-in dispatchers; features add theirs (long-polling wake-ups, delay schedules, filter bitmaps).
+    the store calls directly for each appended record. The consume-queue builder (order 0) and the index builder
+    (order 10) come from the broker core; the pull plugin adds the long-polling wake-up.
+    """
+
+
+@hookspec
+def pyrmq_register_put_interceptors(kernel: Kernel) -> Sequence[PutInterceptor] | None:
+    """Return put interceptors: objects that see every message a client puts, after decoding, before the append.
+
+    Called once by the kernel's service at role start (after ``pyrmq_configure``); the answers of all plugins are
+    sorted by ``interceptor.order`` (then name) into ``kernel.put_chain``, which the send (SEND_MESSAGE, V2,
+    reply), batch-send and CONSUMER_SEND_MSG_BACK processors call directly for each message (RocketMQ's
+    SendMessageHook / PutMessageHook). ``interceptor.intercept(record, context)`` returns the record to append,
+    a re-addressed copy, or a :class:`pyrmq.kernel.types.Rejection` (the client gets its response code and remark).
+    An interceptor may declare ``trigger_properties`` / ``trigger_topic_prefixes`` so that a send it does not care
+    about never runs the chain (:class:`pyrmq.kernel.types.PutInterceptor`). Return objects created in
+    ``pyrmq_configure``. Shipped: the dead-letter re-routing (retry_dlq, order 200), delay levels (300) and the timer (310).
     """
 
 
@@ -162,7 +172,9 @@ def pyrmq_connection_closed(kernel: Kernel, role: str, connection: Any) -> None:
 
 @hookspec(firstresult=True)
 def pyrmq_make_message_filter(kernel: Kernel, expression_type: str, expression: str) -> MessageFilter | None:
-    """Compile a subscription expression of ``expression_type`` (``TAG``, ``SQL92``, ...) into a message filter.
+    """Compile a subscription expression of ``expression_type`` into a message filter.
+
+    ``TAG`` is built in (plugins/broker/tag_filter.py); a plugin may answer other types (RocketMQ's ``SQL92``).
 
     Called by the broker when a consumer's subscription is registered (heartbeat) or arrives with a pull, never per
     message: the pull path hands the compiled filter to the store, which calls its
@@ -170,47 +182,6 @@ def pyrmq_make_message_filter(kernel: Kernel, expression_type: str, expression: 
     when this plugin does not handle the type; the first non-None answer wins. Raise
     :class:`pyrmq.kernel.errors.FilterExpressionError` for an expression of a handled type that does not parse
     (the broker answers SUBSCRIPTION_PARSE_FAILED with its text).
-    """
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Flush
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@hookspec(firstresult=True)
-def pyrmq_make_flush_policy(kernel: Kernel, flush_disk_type: str) -> FlushPolicy | None:
-    """Return the store's flush policy for ``flush_disk_type`` (``ASYNC_FLUSH`` or ``SYNC_FLUSH``).
-
-    Called once by the store plugin when it builds the store at role start. ASYNC_FLUSH flushes in the background
-    (every ``flushIntervalCommitLog`` ms or ``flushCommitLogLeastPages`` dirty pages); SYNC_FLUSH is a group commit
-    where appenders wait until their bytes are on disk (timeout gives FLUSH_DISK_TIMEOUT). First non-None wins;
-    None means "not mine".
-    """
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# HA (master/slave replication)
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@hookspec(firstresult=True)
-def pyrmq_make_replicator(kernel: Kernel, broker_role: str) -> Replicator | None:
-    """Return the replicator that ships appended commit-log bytes to slaves for ``broker_role``.
-
-    Called once by the broker at role start. ``broker_role`` is ``ASYNC_MASTER``, ``SYNC_MASTER`` or ``SLAVE``.
-    The send path calls ``replicator.wait_replicated(end_offset)`` directly for SYNC_MASTER; None (no HA plugin
-    loaded) means a stand-alone broker: SYNC_MASTER sends then answer SLAVE_NOT_AVAILABLE like a master without
-    slaves.
-    """
-
-
-@hookspec
-def pyrmq_slave_acked(kernel: Kernel, slave_address: str, acked_offset: int) -> None:
-    """A slave reported the commit-log offset it has stored (the 8-byte HA acknowledgement, spec 7.12).
-
-    Called by the HA plugin on the master each time a slave's acknowledged offset advances (not per message).
-    Observers (metrics, admin) record it. Return value unused.
     """
 
 
@@ -227,42 +198,6 @@ def pyrmq_register_allocate_strategies() -> Mapping[str, AllocateStrategy] | Non
     configured strategy from the merged table and calls it directly at every rebalance:
     ``strategy(consumer_group, current_cid, mq_all, cid_all) -> list[MessageQueue]`` (spec 7.10). When two plugins
     register a name, the first in pluggy's order wins.
-    """
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Delay scheduling
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@hookspec
-def pyrmq_register_delay_schedulers(kernel: Kernel) -> Sequence[DelayScheduler] | None:
-    """Return delay schedulers: objects that decide where and when a delayed message is delivered.
-
-    Called once by the broker at role start; the send path keeps the collected list and, for each message, calls
-    ``scheduler.redirect(record)`` on the first scheduler whose ``property_keys`` the message carries (``DELAY`` for
-    the 18 levels, ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` for the timing wheel); the first in registration order
-    decides. ``redirect`` returns the record to store instead (e.g. under ``SCHEDULE_TOPIC_XXXX``) or None to store
-    it unchanged, and raises ValueError for a property value it cannot honour (the send is answered MESSAGE_ILLEGAL
-    with that text). The scheduler's own service (started from ``pyrmq_serve``) delivers due messages.
-    """
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Transaction check
-# ---------------------------------------------------------------------------------------------------------------
-
-
-@hookspec
-async def pyrmq_check_transaction(kernel: Kernel, half_message: Any, check_times: int) -> TransactionDecision | None:
-    """Decide on a half (prepared) transaction message whose outcome is still unknown.
-
-    Called by the transaction plugin's checker (every ``transactionCheckInterval``) for each half message older than
-    ``transactionTimeOut`` without an op record; ``check_times`` is how often it was checked before. Async and
-    first-result: the relay awaits implementations one by one and stops at the first non-None. Return COMMIT or
-    ROLLBACK to settle it here, UNKNOWN to leave it for the next round; the built-in (``trylast``) sends
-    CHECK_TRANSACTION_STATE to a live producer of the group and returns UNKNOWN (the producer answers with
-    END_TRANSACTION).
     """
 
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
+from pyrmq.kernel.types import PutChain
+
 if TYPE_CHECKING:  # pragma: no cover
     import pluggy
     import trio
@@ -49,12 +51,17 @@ class State:
     def __contains__(self, key: StateKey[Any]) -> bool:
         return key in self._values
 
+    def items(self) -> list[tuple[StateKey[Any], Any]]:
+        """Every key and object (``pyrmq plugins``-style listings and the plugin-order meta-test)."""
+        return list(self._values.items())
+
 
 class Kernel:
     """One running role (name server, broker, or both in ``pyrmq dev``).
 
-    Built by :func:`pyrmq.kernel.service.build_kernel`; plugins receive it in every hook. ``processors`` and
-    ``store_dispatchers`` are filled once at start from the dispatch hooks and then used directly on hot paths.
+    Built by :func:`pyrmq.kernel.service.build_kernel`; plugins receive it in every hook. ``processors``,
+    ``store_dispatchers`` and ``put_chain`` are filled once at start from the dispatch hooks and then used directly on
+    hot paths.
     """
 
     def __init__(self, bundle: Bundle, pluginmanager: pluggy.PluginManager, hooks: HookRelay) -> None:
@@ -65,6 +72,9 @@ class Kernel:
         #: per role ("namesrv", "broker"): the request-code table that role's server calls directly
         self.processors: dict[str, dict[int, Processor]] = {}
         self.store_dispatchers: list[StoreDispatcher] = []
+        #: the put interceptors in order; one object for the kernel's life, so processors built in
+        #: ``pyrmq_configure`` may keep it and see what :meth:`collect` puts in it
+        self.put_chain = PutChain()
         self.nursery: trio.Nursery | None = None
         self.stop_timeout: float = 10.0
         #: where each role listens once started: {"namesrv": "127.0.0.1:9876", "broker": ...}
@@ -100,6 +110,7 @@ class Kernel:
             self._stop_event.set()
 
     def collect(self) -> None:
-        """Collect processors and store dispatchers from the hooks (once per start; hot paths use the results)."""
+        """Collect processors, store dispatchers and put interceptors (once per start; hot paths use the results)."""
         self.processors = {role: self.hooks.register_processors(self, role) for role in self.bundle.roles}
         self.store_dispatchers = self.hooks.register_store_dispatchers(self)
+        self.put_chain.set(self.hooks.register_put_interceptors(self))

@@ -1,7 +1,8 @@
 """The trio root of a role: configure plugins, collect what they register, start services, stop gracefully.
 
-Start: ``pyrmq_configure`` (objects), then the processor table and store dispatchers are collected once, then
-``pyrmq_serve`` starts each plugin's services in the root nursery (each calls ``task_status.started()`` when ready).
+Start: ``pyrmq_configure`` (objects), then the processor table, store dispatchers and put interceptors are collected
+once, then ``pyrmq_serve`` starts each plugin's services in the root nursery (each calls ``task_status.started()``
+when ready).
 Stop (SIGINT/SIGTERM, :meth:`Kernel.request_stop`, or a crashed service): the nursery is cancelled, then
 ``pyrmq_unconfigure`` runs shielded under the stop deadline so the final flush is not interrupted.
 """

@@ -10,6 +10,8 @@ import enum
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+import attrs
+
 #: ``async (connection, request) -> response | None``; None = answered later or oneway (see pyrmq_register_processors)
 Processor = Callable[[Any, Any], Awaitable[Any]]
 
@@ -19,7 +21,7 @@ AllocateStrategy = Callable[[str, str, Sequence[Any], Sequence[str]], list[Any]]
 
 @runtime_checkable
 class StoreDispatcher(Protocol):
-    """Sees every record appended to the commit log, in ``order`` (consume queue 0, index 10, features later)."""
+    """Sees every record appended to the commit log, in ``order`` (consume queue 0, index 10, long polling 20)."""
 
     name: str
     order: int
@@ -32,7 +34,7 @@ class MessageFilter(Protocol):
     """A compiled subscription, handed to the store's read path (RocketMQ's MessageFilter).
 
     ``is_matched_by_consume_queue`` is the cheap check on a consume-queue entry's tags code;
-    ``is_matched_by_commit_log`` the full check on the stored record (SQL92 reads its properties).
+    ``is_matched_by_commit_log`` the full check on the stored record (a property filter reads its properties).
     """
 
     def is_matched_by_consume_queue(self, tags_code: int) -> bool: ...
@@ -40,36 +42,124 @@ class MessageFilter(Protocol):
     def is_matched_by_commit_log(self, record: memoryview) -> bool: ...
 
 
+class PutKind(enum.Enum):
+    """Which request a put comes from; an interceptor may treat them differently."""
+
+    SEND = "send"  #: SEND_MESSAGE, SEND_MESSAGE_V2, SEND_REPLY_MESSAGE(_V2)
+    BATCH = "batch"  #: SEND_BATCH_MESSAGE, once per message of the batch (all must stay in the batch's queue)
+    SEND_BACK = "send_back"  #: CONSUMER_SEND_MSG_BACK (a consumer returns a message for retry)
+
+
+class PutContext:
+    """What a put interceptor may know besides the record (RocketMQ's SendMessageContext), one per message.
+
+    ``request`` is the remoting command (``code``, ``version``, ``ext_fields`` for credentials), ``born_host`` the
+    client's address. ``reconsume_times`` / ``max_reconsume_times`` are what the dead-letter rule compares (the send
+    header's values; for a send-back the stored message's count and the consumer's maximum; None = the group's
+    ``retryMaxTimes``); ``dead_letter`` is True when the consumer asked for the dead-letter queue (send-back with
+    ``delayLevel < 0``). ``scheduled_by`` is set by the first scheduler (delay levels, timer) that claims the
+    message: later schedulers leave it alone.
+    """
+
+    __slots__ = ("kind", "request", "born_host", "reconsume_times", "max_reconsume_times", "dead_letter", "scheduled_by")
+
+    def __init__(
+        self,
+        kind: PutKind,
+        request: Any,
+        born_host: tuple[str, int],
+        reconsume_times: int = 0,
+        max_reconsume_times: int | None = None,
+        dead_letter: bool = False,
+    ) -> None:
+        self.kind = kind
+        self.request = request
+        self.born_host = born_host
+        self.reconsume_times = reconsume_times
+        self.max_reconsume_times = max_reconsume_times
+        self.dead_letter = dead_letter
+        self.scheduled_by: str | None = None
+
+
+@attrs.frozen
+class Rejection:
+    """A put refused by an interceptor: the client gets ``code`` (a RocketMQ ResponseCode) and ``remark``."""
+
+    code: int
+    remark: str
+
+
+#: suggested bands for :attr:`PutInterceptor.order`: refuse first, then re-address, then park for later delivery
+ORDER_REFUSE = 100
+ORDER_REROUTE = 200
+ORDER_SCHEDULE = 300
+
+
 @runtime_checkable
-class FlushPolicy(Protocol):
-    """How the store makes appended bytes durable (ASYNC_FLUSH interval flush or SYNC_FLUSH group commit)."""
+class PutInterceptor(Protocol):
+    """Sees every message a client puts (send, batch send, send-back) between "decoded" and "appended".
 
-    async def run(self, target: Any, *, task_status: Any = ...) -> None: ...
+    ``intercept(record, context)`` returns the record to append (the same object when it does not apply), a
+    re-addressed copy (``attrs.evolve``), or a :class:`Rejection`. Interceptors run in ascending ``order`` (then
+    ``name``), each on the previous one's output.
 
-    async def wait_flushed(self, target: Any, offset: int, timeout: float) -> bool: ...
+    Optional triggers keep a plain send cheap: an interceptor with ``trigger_properties`` (a frozenset of property
+    names) and/or ``trigger_topic_prefixes`` (a tuple) asks to see only messages carrying one of those properties or
+    addressed to such a topic; one without either sees every message (an ACL check). The chain runs, all of it, only
+    for a message some interceptor's trigger matches, so ``intercept`` must still check for itself.
+    """
 
+    name: str
+    order: int
 
-@runtime_checkable
-class Replicator(Protocol):
-    """Ships appended commit-log bytes to slaves; the send path awaits it for SYNC_MASTER."""
-
-    async def wait_replicated(self, end_offset: int, timeout: float) -> Any: ...
-
-
-@runtime_checkable
-class DelayScheduler(Protocol):
-    """Redirects a message that must be delivered later (DELAY levels, timer) and delivers it when due."""
-
-    property_keys: frozenset[str]
-
-    def redirect(self, record: Any) -> Any | None:
-        """The record to store instead, None to store it unchanged; ValueError for a bad property value."""
-        ...
+    def intercept(self, record: Any, context: PutContext) -> Any: ...
 
 
-class TransactionDecision(enum.IntEnum):
-    """Outcome of a transaction check; values are the END_TRANSACTION commitOrRollback codes (spec 3.6)."""
+class PutChain:
+    """The broker's put interceptors, collected once at start (:meth:`Kernel.collect`) and called directly.
 
-    UNKNOWN = 0
-    COMMIT = 8
-    ROLLBACK = 12
+    ``steps`` is a tuple of the interceptors' bound ``intercept`` methods. A processor asks :meth:`applies` first
+    (one set test and one ``startswith`` when every interceptor has a trigger, False at once for an empty chain)
+    and builds a :class:`PutContext` and calls the chain only then. Calling the chain returns the record to append
+    or the first :class:`Rejection`.
+    """
+
+    __slots__ = ("interceptors", "steps", "always", "trigger_properties", "trigger_topic_prefixes")
+
+    def __init__(self, interceptors: Sequence[PutInterceptor] = ()) -> None:
+        self.set(interceptors)
+
+    def set(self, interceptors: Sequence[PutInterceptor]) -> None:
+        self.interceptors = tuple(sorted(interceptors, key=lambda i: (i.order, i.name)))
+        self.steps: tuple[Callable[[Any, PutContext], Any], ...] = tuple(i.intercept for i in self.interceptors)
+        properties: set[str] = set()
+        prefixes: list[str] = []
+        always = False
+        for interceptor in self.interceptors:
+            keys = getattr(interceptor, "trigger_properties", None)
+            starts = getattr(interceptor, "trigger_topic_prefixes", None)
+            if keys is None and starts is None:
+                always = True
+            properties.update(keys or ())
+            prefixes.extend(starts or ())
+        self.always = always
+        self.trigger_properties = frozenset(properties)
+        self.trigger_topic_prefixes = tuple(prefixes)
+
+    def applies(self, record: Any) -> bool:
+        """Whether any interceptor wants to see ``record`` (see :class:`PutInterceptor`'s triggers)."""
+        return (
+            self.always
+            or not self.trigger_properties.isdisjoint(record.properties)
+            or record.topic.startswith(self.trigger_topic_prefixes)
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self.steps)
+
+    def __call__(self, record: Any, context: PutContext) -> Any:
+        for step in self.steps:
+            record = step(record, context)
+            if record.__class__ is Rejection:
+                break
+        return record

@@ -1,9 +1,8 @@
 """Flush policies (spec 7.12 "SYNC_FLUSH", 6.2): when the commit log's dirty pages reach the disk.
 
 A policy is handed a :class:`FlushTarget` and runs as a trio service; every ``fdatasync`` goes through
-``trio.to_thread.run_sync`` so the event loop never blocks on the disk. The kernel's ``pyrmq_make_flush_policy``
-hook may return any object implementing :class:`FlushPolicy`; :func:`default_flush_policy` picks one from the
-config's ``flush_disk_type``.
+``trio.to_thread.run_sync`` so the event loop never blocks on the disk. :func:`default_flush_policy` picks one from
+the config's ``flush_disk_type`` (as RocketMQ's CommitLog does); tests may hand the store any :class:`FlushPolicy`.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
 from pyrmq.plugins.broker.groups import SubscriptionGroupConfig
 from pyrmq.plugins.broker.topics import NOT_ALLOWED_SEND_TOPICS, AUTO_CREATE_TOPIC_KEY, TopicConfig, topic_problem
@@ -199,12 +200,21 @@ class AdminProcessor:
         return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON))
 
 
+ADMIN = StateKey[AdminProcessor]("broker.admin")
+
+
+@hookimpl(trylast=True)
+def pyrmq_configure(kernel: Any) -> None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is not None:
+        kernel.state.put(ADMIN, AdminProcessor(ctx))
+
+
 @hookimpl(trylast=True)
 def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    ctx = kernel.state.find(BROKER)
-    if role != "broker" or ctx is None:
+    p = kernel.state.find(ADMIN)
+    if role != "broker" or p is None:
         return None
-    p = AdminProcessor(ctx)
     return {
         RequestCode.UPDATE_AND_CREATE_TOPIC: p.create_topic,
         RequestCode.DELETE_TOPIC_IN_BROKER: p.delete_topic,

@@ -13,6 +13,7 @@ import trio
 
 from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.clients import (
     CONSUME_FROM_WHERE,
     CONSUME_TYPES,
@@ -155,12 +156,21 @@ class ConsumerManageProcessor:
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
 
 
+CONSUMER_MANAGE = StateKey[ConsumerManageProcessor]("broker.consumer_manage")
+
+
+@hookimpl(trylast=True)
+def pyrmq_configure(kernel: Any) -> None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is not None:
+        kernel.state.put(CONSUMER_MANAGE, ConsumerManageProcessor(ctx))
+
+
 @hookimpl(trylast=True)
 def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    ctx = kernel.state.find(BROKER)
-    if role != "broker" or ctx is None:
+    p = kernel.state.find(CONSUMER_MANAGE)
+    if role != "broker" or p is None:
         return None
-    p = ConsumerManageProcessor(ctx)
     return {
         RequestCode.HEART_BEAT: p.heart_beat,
         RequestCode.UNREGISTER_CLIENT: p.unregister_client,

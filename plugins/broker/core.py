@@ -3,7 +3,8 @@
 Every other broker feature (send, pull, offsets, queries, locks, admin, delay, retry ...) is a plugin of its own that
 finds this context under :data:`BROKER` and registers its processors through the dispatch hook.
 
-Start-up order: ``pyrmq_configure`` builds the context and the (unloaded) store; ``pyrmq_serve`` (``tryfirst``, so
+Start-up order: ``pyrmq_configure`` (``tryfirst``, so every feature plugin's own configure finds the context
+whatever its place in the bundle) builds the context and the (unloaded) store; ``pyrmq_serve`` (``tryfirst``, so
 the store is up before other services use it) adds the collected store dispatchers, recovers the store, starts its
 background services, then registers with the name servers. Stop: offsets and configs persisted, store flushed and
 closed, broker unregistered.
@@ -89,10 +90,10 @@ class BrokerContext:
         self.offsets = ConsumerOffsetManager(persist=self._files["consumerOffset.json"].save)
         self.consumers = ConsumerManager(compile_filter=self.compile_filter, notify=self.notify_consumer_ids_changed)
         self.producers = ProducerManager()
-        flush_policy = kernel.hooks.make_flush_policy(kernel, settings.flushDiskType)
-        self.store = MessageStore(store_config(settings), flush_policy=flush_policy)
-        self.replicator = kernel.hooks.make_replicator(kernel, settings.brokerRole)
-        self.delay_schedulers: list[Any] = []
+        # the store flushes as flushDiskType says (ASYNC_FLUSH interval flush or SYNC_FLUSH group commit)
+        self.store = MessageStore(store_config(settings))
+        #: the put interceptors (filled at collection, after every plugin's configure): send and send-back run it
+        self.put_chain = kernel.put_chain
         self.client = RemotingClient()
         self.registration = NameServerRegistration(settings, self.client, self.topics.registration_wrapper)
         self.started = False
@@ -177,12 +178,12 @@ class BrokerContext:
 BROKER = StateKey[BrokerContext]("broker")
 
 
-@hookimpl(trylast=True)
+@hookimpl(tryfirst=True)
 def pyrmq_configure(kernel: Any) -> None:
+    # tryfirst: the context exists before any feature plugin's configure looks for it (like pytest's own configure)
     if ROLE in kernel.bundle.roles:
         ctx = kernel.state.put(BROKER, BrokerContext(kernel))
         ctx.load_configs()
-        ctx.delay_schedulers = kernel.hooks.register_delay_schedulers(kernel)
 
 
 @hookimpl(trylast=True)

@@ -85,16 +85,19 @@ class LockProcessor:
         return request.make_response(ResponseCode.SUCCESS)
 
 
+LOCK_PROCESSOR = StateKey[LockProcessor]("broker.locks.processor")
+
+
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
     if kernel.state.find(BROKER) is not None:
-        kernel.state.put(LOCKS, RebalanceLockManager())
+        manager = kernel.state.put(LOCKS, RebalanceLockManager())
+        kernel.state.put(LOCK_PROCESSOR, LockProcessor(manager))
 
 
 @hookimpl(trylast=True)
 def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    manager = kernel.state.find(LOCKS)
-    if role != "broker" or manager is None:
+    p = kernel.state.find(LOCK_PROCESSOR)
+    if role != "broker" or p is None:
         return None
-    p = LockProcessor(manager)
     return {RequestCode.LOCK_BATCH_MQ: p.lock, RequestCode.UNLOCK_BATCH_MQ: p.unlock}

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -43,10 +44,19 @@ class QueryProcessor:
         return request.make_response(ResponseCode.SUCCESS, body=record)
 
 
+QUERY = StateKey[QueryProcessor]("broker.query")
+
+
+@hookimpl(trylast=True)
+def pyrmq_configure(kernel: Any) -> None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is not None:
+        kernel.state.put(QUERY, QueryProcessor(ctx))
+
+
 @hookimpl(trylast=True)
 def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    ctx = kernel.state.find(BROKER)
-    if role != "broker" or ctx is None:
+    p = kernel.state.find(QUERY)
+    if role != "broker" or p is None:
         return None
-    p = QueryProcessor(ctx)
     return {RequestCode.QUERY_MESSAGE: p.query_message, RequestCode.VIEW_MESSAGE_BY_ID: p.view_message_by_id}

@@ -1,9 +1,11 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) (spec 2.1, 2.4, 3.1, 3.2, 5.7, 5.8, 7.3).
 
-Checks in RocketMQ's order (AbstractSendMessageProcessor#msgCheck), topic auto-creation from TBW102, retry-topic
-rules, delay schedulers (collected once through ``pyrmq_register_delay_schedulers``), then one synchronous append.
-Under SYNC_FLUSH (or SYNC_MASTER) the processor returns None and answers from a task once the bytes are durable
-(or replicated), so the connection keeps reading while the group commit gathers other appends.
+Checks in RocketMQ's order (AbstractSendMessageProcessor#msgCheck), topic auto-creation from TBW102, then the put
+interceptors (``kernel.put_chain``, collected once through ``pyrmq_register_put_interceptors``: dead-letter
+re-routing, delay levels, timer, or a plugin's own refusal), then one synchronous append. Under SYNC_FLUSH the
+processor returns None and answers from a task once the bytes are on disk, so the connection keeps reading while the
+group commit gathers other appends; a SYNC_MASTER answers SLAVE_NOT_AVAILABLE (message stored) like a RocketMQ
+master without a slave, since pyrmq has no replication yet (docs/decisions.md).
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import random
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.types import PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
 from pyrmq.plugins.broker.topics import (
-    DLQ_GROUP_TOPIC_PREFIX,
     NOT_ALLOWED_SEND_TOPICS,
     PERM_READ,
     PERM_WRITE,
@@ -29,7 +32,6 @@ from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponse
 from pyrmq.store.errors import CorruptRecordError
 from pyrmq.store.format import (
     TRANSACTION_PREPARED_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     BatchEntry,
     MessageRecord,
@@ -42,7 +44,6 @@ log = logging.getLogger("pyrmq.broker.send")
 
 PROPERTY_CLUSTER = "CLUSTER"
 PROPERTY_WAIT = "WAIT"
-PROPERTY_DELAY = "DELAY"
 
 # PutMessageStatus -> send response code (spec 2.4)
 _PUT_CODE = {
@@ -72,6 +73,7 @@ class SendProcessor:
         self.ext_common = {"MSG_REGION": s.regionId, "TRACE_ON": "true"}
         self.sync_flush = s.flushDiskType == "SYNC_FLUSH"
         self.sync_master = s.brokerRole == "SYNC_MASTER"
+        self.chain = ctx.put_chain
         self.rng = random.Random()
 
     # -- checks ----------------------------------------------------------------------------------------------
@@ -112,28 +114,12 @@ class SendProcessor:
             queue_id = self.rng.randrange(config.write_queue_nums)
         return config, queue_id
 
-    def retry_and_dlq(
-        self, header: SendMessageRequestHeader, properties: dict[str, str], queue_id: int, version: int = MQVersion.V3_4_9
-    ) -> tuple[str, int]:
-        """A send to %RETRY%<group> whose reconsume count reached the maximum goes to %DLQ%<group> (spec 7.6).
-
-        The header's maxReconsumeTimes counts from request version 121 (V3_4_9) on, as in handleRetryAndDLQ."""
-        topic = header.topic
-        if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            return topic, queue_id
-        group_name = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        group = self.ctx.groups.find_or_create(group_name)
-        if group is None:
-            raise SendRejected(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group_name}")
-        max_times = group.retry_max_times
+    @staticmethod
+    def max_reconsume_times(header: Any, version: int) -> int | None:
+        """The client's maximum reconsume count; it counts from request version 121 (V3_4_9) on (spec 7.6)."""
         if header.max_reconsume_times is not None and version >= MQVersion.V3_4_9:
-            max_times = header.max_reconsume_times
-        if (header.reconsume_times or 0) >= max_times:
-            dlq = DLQ_GROUP_TOPIC_PREFIX + group_name
-            self.ctx.topics.create_system_topic(dlq, 1, PERM_READ | PERM_WRITE)
-            properties.pop(PROPERTY_DELAY, None)
-            return dlq, 0
-        return topic, queue_id
+            return header.max_reconsume_times
+        return None
 
     # -- records ---------------------------------------------------------------------------------------------
 
@@ -162,15 +148,6 @@ class SendProcessor:
             reconsume_times=header.reconsume_times or 0,
         )
 
-    def redirect_delayed(self, record: MessageRecord) -> MessageRecord:
-        tran = record.sys_flag & TRANSACTION_TYPE_MASK
-        if tran in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
-            return record
-        for scheduler in self.ctx.delay_schedulers:
-            if not scheduler.property_keys.isdisjoint(record.properties):
-                return scheduler.redirect(record) or record
-        return record
-
     # -- processors ------------------------------------------------------------------------------------------
 
     async def send(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
@@ -198,13 +175,16 @@ class SendProcessor:
         wait = properties.get(PROPERTY_WAIT) != "false"
         if header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE and self.ctx.settings.rejectTransactionMessage:
             raise SendRejected(ResponseCode.NO_PERMISSION, f"the broker[{self.ctx.settings.brokerIP1}] sending transaction message is forbidden")
-        topic, target_queue = self.retry_and_dlq(header, properties, queue_id, request.version)
-        record = self.record(header, topic, target_queue, request.body_bytes(), properties, born_host)
-        if self.ctx.delay_schedulers:
-            try:
-                record = self.redirect_delayed(record)
-            except ValueError as exc:  # a scheduler refused a bad DELAY / TIMER_* value (spec 7.6)
-                raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, str(exc)) from None
+        record = self.record(header, header.topic, queue_id, request.body_bytes(), properties, born_host)
+        chain = self.chain
+        if chain.applies(record):
+            context = PutContext(
+                PutKind.SEND, request, born_host, header.reconsume_times or 0,
+                self.max_reconsume_times(header, request.version),
+            )
+            record = chain(record, context)
+            if record.__class__ is Rejection:
+                raise SendRejected(record.code, record.remark)
         # the response names the queue the producer chose (or was given), like RocketMQ's
         return record, wait, queue_id
 
@@ -225,12 +205,21 @@ class SendProcessor:
         outer = decode_properties(header.properties) if header.properties else {}
         wait = outer.get(PROPERTY_WAIT) != "false"
         records = []
+        chain = self.chain
         for entry in entries:
             properties = decode_properties(entry.properties_bytes) if entry.properties_bytes else {}
             properties.update(outer)
-            if PROPERTY_DELAY in properties and properties[PROPERTY_DELAY] not in ("", "0"):
-                raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay level")
-            records.append(self.record(header, header.topic, queue_id, entry.body, properties, born_host, flag=entry.flag))
+            record = self.record(header, header.topic, queue_id, entry.body, properties, born_host, flag=entry.flag)
+            if chain.applies(record):
+                record = chain(record, PutContext(PutKind.BATCH, request, born_host, header.reconsume_times or 0))
+                if record.__class__ is Rejection:
+                    raise SendRejected(record.code, record.remark)
+                if record.topic != header.topic or record.queue_id != queue_id:
+                    raise SendRejected(
+                        ResponseCode.MESSAGE_ILLEGAL,
+                        f"batch message cannot be re-addressed to {record.topic}:{record.queue_id}: a batch goes to one queue",
+                    )
+            records.append(record)
         return records, wait, queue_id
 
     async def _answer_when_durable(
@@ -240,10 +229,8 @@ class SendProcessor:
         if self.sync_flush and not await self.ctx.store.wait_flushed(end):
             result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         elif self.sync_master:
-            if self.ctx.replicator is None:
-                result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
-            else:
-                result.status = await self.ctx.replicator.wait_replicated(end, self.ctx.settings.slaveTimeout / 1000)
+            # no replication yet: a SYNC_MASTER is a master without a slave (the message is stored)
+            result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
         await connection.send_response(self._response(request, result, queue_id))
 
     def _response(self, request: RemotingCommand, result: PutMessageResult, queue_id: int) -> RemotingCommand:
@@ -259,12 +246,21 @@ class SendProcessor:
         return request.make_response(code, remark, ext)
 
 
+SEND = StateKey[SendProcessor]("broker.send")
+
+
+@hookimpl(trylast=True)
+def pyrmq_configure(kernel: Any) -> None:
+    ctx = kernel.state.find(BROKER)
+    if ctx is not None:
+        kernel.state.put(SEND, SendProcessor(ctx))
+
+
 @hookimpl(trylast=True)
 def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    ctx = kernel.state.find(BROKER)
-    if role != "broker" or ctx is None:
+    processor = kernel.state.find(SEND)
+    if role != "broker" or processor is None:
         return None
-    processor = SendProcessor(ctx)
     return {
         RequestCode.SEND_MESSAGE: processor.send,
         RequestCode.SEND_MESSAGE_V2: processor.send,

@@ -131,6 +131,7 @@ def test_the_client_loads_strategies_through_the_allocate_hook():
         client_plugins.resolve_strategy("NOPE")
 
 
+@pytest.mark.hook("pyrmq_register_allocate_strategies")
 def test_a_plugin_can_add_a_strategy_through_pyrmq_register_allocate_strategies(monkeypatch):
     class Reverse:
         @hookimpl

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from pyrmq.kernel import cli
 from pyrmq.kernel.hookspecs import hookimpl
 
@@ -54,6 +56,7 @@ def test_plugins_lists_plugins_and_hook_colours():
     assert "pyrmq_serve [async]" in out.stdout and "pyrmq_configure [sync]" in out.stdout
 
 
+@pytest.mark.hook("pyrmq_add_commands")
 def test_plugins_add_sub_commands(monkeypatch, capsys):
     class Greeter:
         @hookimpl

@@ -11,7 +11,6 @@ from pyrmq.kernel.errors import PluginError
 from pyrmq.kernel.hooks import HookRelay
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.manager import load_plugins
-from pyrmq.kernel.types import TransactionDecision
 
 
 def bundle(**kw) -> Bundle:
@@ -46,39 +45,6 @@ async def test_async_hooks_are_awaited_one_by_one_in_pluggy_order():
     async with trio.open_nursery() as nursery:
         await relay.serve(kernel=None, nursery=nursery)
     assert events == ["early-start", "early-end", "middle", "late"]
-
-
-async def test_async_first_result_stops_at_first_answer():
-    asked: list[str] = []
-
-    class Undecided:
-        @hookimpl(tryfirst=True)
-        async def pyrmq_check_transaction(self, kernel, half_message, check_times):
-            asked.append("undecided")
-            return None
-
-    class Decides:
-        @hookimpl
-        async def pyrmq_check_transaction(self, kernel, half_message, check_times):
-            asked.append("decides")
-            return TransactionDecision.ROLLBACK if check_times > 3 else None
-
-    class Fallback:
-        @hookimpl(trylast=True)
-        async def pyrmq_check_transaction(self, kernel, half_message, check_times):
-            asked.append("fallback")
-            return TransactionDecision.UNKNOWN
-
-    relay = relay_with(Fallback(), Decides(), Undecided())
-    assert await relay.check_transaction(None, half_message=object(), check_times=5) is TransactionDecision.ROLLBACK
-    assert asked == ["undecided", "decides"]
-    asked.clear()
-    assert await relay.check_transaction(None, half_message=object(), check_times=0) is TransactionDecision.UNKNOWN
-    assert asked == ["undecided", "decides", "fallback"]
-
-
-async def test_check_transaction_without_plugins_is_unknown():
-    assert await relay_with().check_transaction(None, half_message=None, check_times=0) is TransactionDecision.UNKNOWN
 
 
 def test_processor_tables_merge_and_the_user_plugin_wins_a_code():
@@ -140,31 +106,7 @@ def test_first_result_sync_hooks_let_the_user_answer_first():
     assert relay.make_message_filter(None, "SQL92", "a > 1") is None
 
 
-def test_flush_policy_replicator_and_slave_ack_relay():
-    seen = []
-
-    class P:
-        @hookimpl
-        def pyrmq_make_flush_policy(self, kernel, flush_disk_type):
-            return f"policy-{flush_disk_type}"
-
-        @hookimpl
-        def pyrmq_make_replicator(self, kernel, broker_role):
-            return None if broker_role == "ASYNC_MASTER" else f"replicator-{broker_role}"
-
-        @hookimpl
-        def pyrmq_slave_acked(self, kernel, slave_address, acked_offset):
-            seen.append((slave_address, acked_offset))
-
-    relay = relay_with(P())
-    assert relay.make_flush_policy(None, "SYNC_FLUSH") == "policy-SYNC_FLUSH"
-    assert relay.make_replicator(None, "SYNC_MASTER") == "replicator-SYNC_MASTER"
-    assert relay.make_replicator(None, "ASYNC_MASTER") is None
-    relay.slave_acked(None, "127.0.0.1:10912", 4096)
-    assert seen == [("127.0.0.1:10912", 4096)]
-
-
-def test_allocate_strategies_and_delay_schedulers_are_collected():
+def test_allocate_strategies_and_put_interceptors_are_collected():
     def avg(group, cid, mqs, cids):
         return list(mqs)
 
@@ -174,12 +116,20 @@ def test_allocate_strategies_and_delay_schedulers_are_collected():
             return {"AVG": avg}
 
         @hookimpl
-        def pyrmq_register_delay_schedulers(self, kernel):
-            return ["levels", "timer"]
+        def pyrmq_register_put_interceptors(self, kernel):
+            return [Interceptor("timer", 310), Interceptor("levels", 300), Interceptor("acl", 100)]
+
+    class Interceptor:
+        def __init__(self, name, order):
+            self.name, self.order = name, order
+
+        def intercept(self, record, context):
+            return record
 
     relay = relay_with(Strategies())
     assert relay.register_allocate_strategies() == {"AVG": avg}
-    assert relay.register_delay_schedulers(None) == ["levels", "timer"]
+    # ordered by their own order, never by the plugins' registration order
+    assert [i.name for i in relay.register_put_interceptors(None)] == ["acl", "levels", "timer"]
 
 
 def test_connection_events_reach_plugins():
@@ -238,6 +188,7 @@ def test_wrappers_are_refused_on_async_hooks():
         relay_with(Wrapper())
 
 
+@pytest.mark.hook("pyrmq_addhooks")
 def test_addhooks_lets_a_plugin_add_its_own_hooks():
     class NewSpecs:
         @pluggy.HookspecMarker("pyrmq")
@@ -273,3 +224,35 @@ async def test_unconfigure_keeps_going_when_one_plugin_fails():
 
     await relay_with(Broken(), Fine()).unconfigure(kernel=None)
     assert closed == ["fine"]
+
+
+def test_the_put_chain_runs_only_for_messages_an_interceptor_asks_for():
+    from pyrmq.kernel.types import PutChain, PutContext, PutKind, Rejection
+    from pyrmq.store.format import MessageRecord
+
+    seen = []
+
+    class Wants:
+        def __init__(self, name, order, **triggers):
+            self.name, self.order = name, order
+            for key, value in triggers.items():
+                setattr(self, key, value)
+
+        def intercept(self, record, context):
+            seen.append(self.name)
+            return Rejection(16, f"{self.name} refuses") if record.topic == "Refused" else record
+
+    delay = Wants("delay", 300, trigger_properties=frozenset({"DELAY"}))
+    dlq = Wants("dlq", 200, trigger_topic_prefixes=("%RETRY%",))
+    chain = PutChain([delay, dlq])
+    plain = MessageRecord("Orders", 0, b"x", properties={"TAGS": "a"})
+    assert not PutChain().applies(plain) and not PutChain()
+    assert not chain.applies(plain)
+    assert chain.applies(MessageRecord("Orders", 0, b"x", properties={"DELAY": "3"}))
+    assert chain.applies(MessageRecord("%RETRY%g", 0, b"x"))
+    context = PutContext(PutKind.SEND, None, ("127.0.0.1", 1))
+    assert chain(MessageRecord("%RETRY%g", 0, b"x"), context).topic == "%RETRY%g"
+    assert seen == ["dlq", "delay"]  # by order, and the whole chain once it runs
+    every = PutChain([delay, dlq, Wants("acl", 100)])
+    assert every.applies(plain)
+    assert every(MessageRecord("Refused", 0, b"x"), context) == Rejection(16, "acl refuses")

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from pyrmq.kernel.bundles import BrokerSettings, parse_delay_levels
-from pyrmq.plugins.delay_levels import SCHEDULE_TOPIC, DelayLevelService
+from pyrmq.plugins.broker.delay_levels import SCHEDULE_TOPIC, DelayLevelService
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store import GetMessageStatus, MessageRecord, MessageStore, StoreConfig, decode_messages
@@ -163,14 +163,13 @@ def _pull(topic, queue_id=0, offset=0):
 async def test_delayed_send_over_the_wire(start_role, remoting_client):
     kernel = await start_role("dev", {"broker.messageDelayLevel": "1s 2s"})
     addr = kernel.listening["broker"]
-    # both schedulers were collected once through pyrmq_register_delay_schedulers
-    from pyrmq.plugins.broker.core import BROKER
-    from pyrmq.plugins.timer import TimerService
+    # both schedulers were collected once through pyrmq_register_put_interceptors
+    from pyrmq.plugins.broker.timer import TimerService
 
-    schedulers = kernel.state.get(BROKER).delay_schedulers
+    schedulers = [i for i in kernel.put_chain.interceptors if isinstance(i, (DelayLevelService, TimerService))]
     assert sorted(type(s).__name__ for s in schedulers) == ["DelayLevelService", "TimerService"]
     assert next(s for s in schedulers if isinstance(s, DelayLevelService)).levels_ms == (1000, 2000)
-    assert any(isinstance(s, TimerService) for s in kernel.hooks.register_delay_schedulers(kernel))
+    assert any(isinstance(s, TimerService) for s in kernel.hooks.register_put_interceptors(kernel))
     bad = await remoting_client.invoke(addr, _send("TD", b"x", {"DELAY": "later"}))
     assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "DELAY must be an integer delay level 1..2" in bad.remark
     ok = await remoting_client.invoke(addr, _send("TD", b"delayed", {"DELAY": "1", "KEYS": "k"}))

@@ -14,10 +14,11 @@ import trio
 
 from pyrmq.client.dlq import list_dlq, resend_dlq
 from pyrmq.kernel.bundles import BrokerSettings
+from pyrmq.kernel.types import PutChain
 from pyrmq.plugins.broker.groups import SubscriptionGroupManager
 from pyrmq.plugins.broker.topics import TopicConfigManager
-from pyrmq.plugins.delay_levels import DelayLevelService
-from pyrmq.plugins.retry_dlq import SendBackProcessor
+from pyrmq.plugins.broker.delay_levels import DelayLevelService
+from pyrmq.plugins.broker.retry_dlq import DeadLetterInterceptor, SendBackProcessor
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store import GetMessageStatus, MessageRecord, MessageStore, StoreConfig, decode_messages
@@ -53,8 +54,9 @@ class Broker:
         self.topics = TopicConfigManager(self.settings)
         self.groups = SubscriptionGroupManager(self.settings)
         self.delay = DelayLevelService(self.store, self.settings.delay_levels_ms, str(root / "config"))
+        chain = PutChain([DeadLetterInterceptor(self.topics, self.groups), self.delay])
         self.processor = SendBackProcessor(store=self.store, topics=self.topics, groups=self.groups,
-                                           settings=self.settings, delay_schedulers=[self.delay])
+                                           settings=self.settings, put_chain=chain)
 
     def read(self, topic, queue_id=0, offset=0):
         r = self.store.get_message("g", topic, queue_id, offset, 32)

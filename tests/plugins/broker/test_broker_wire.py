@@ -282,7 +282,9 @@ async def test_offsets_commit_query_and_survive_a_restart(start_role, remoting_c
     search = RemotingCommand.request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "T8", "queueId": "0", "timestamp": str(ts + 3_600_000)})
     assert (await remoting_client.invoke(addr, search)).ext_fields["offset"] in ("2", "3")
     kernel.request_stop()
-    await trio.sleep(0.2)
+    with trio.fail_after(10):  # stopped: offsets persisted, store closed and unlocked (kernel.nursery cleared)
+        while kernel.nursery is not None:
+            await trio.sleep(0.01)
     saved = fastjson.loads((store_dir / "config" / "consumerOffset.json").read_text())
     assert saved["offsetTable"]["T8@g1"] == {"0": 2, "1": 0}
 

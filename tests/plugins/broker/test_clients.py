@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pyrmq.plugins.broker.clients import ChannelInfo, ConsumerManager, ProducerManager, Subscription
-from pyrmq.plugins.tag_filter import compile_tag_expression
+from pyrmq.plugins.broker.tag_filter import compile_tag_expression
 
 
 class Conn:

@@ -1,4 +1,4 @@
-"""Delay levels: RocketMQ 4.x's 18 fixed delays as a delay-scheduler plugin (spec 7.6, 5.3, 6.6 delayOffset.json).
+"""Delay levels: RocketMQ 4.x's 18 fixed delays as a put-interceptor plugin (spec 7.6, 5.3, 6.6 delayOffset.json).
 
 A message whose ``DELAY`` property is a level > 0 (clamped to the number of levels, 18 by default) is stored under
 ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` with ``REAL_TOPIC`` / ``REAL_QID`` added; its consume-queue tags code is
@@ -28,9 +28,11 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
+from pyrmq.remoting.codes import ResponseCode
 from pyrmq.store.config_files import DelayOffsetFile
 from pyrmq.store.consume_queue import BLANK_SIZE
-from pyrmq.store.format import MessageRecord
+from pyrmq.store.format import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, MessageRecord
 from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.delay_levels")
@@ -88,10 +90,16 @@ class ProgressFile:
             self._map.close()
 
 
-class DelayLevelService:
-    """The ``DELAY`` scheduler (a :class:`~pyrmq.kernel.types.DelayScheduler`) and its per-level delivery tasks."""
+#: transaction types that are never delayed (a prepared or rolled-back message is not delivered at all)
+_NOT_DELIVERED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
-    property_keys = frozenset({PROPERTY_DELAY})
+
+class DelayLevelService:
+    """The ``DELAY`` put interceptor (a :class:`~pyrmq.kernel.types.PutInterceptor`) and its per-level delivery tasks."""
+
+    name = "delay-levels"
+    order = ORDER_SCHEDULE
+    trigger_properties = frozenset({PROPERTY_DELAY})
 
     def __init__(
         self,
@@ -132,7 +140,26 @@ class DelayLevelService:
     def delay_of(self, level: int) -> int:
         return self.levels_ms[min(level, self.max_level) - 1]
 
-    # -- send path (called directly, once per message carrying DELAY) ----------------------------------------
+    # -- send path (called directly for every message a client puts) -----------------------------------------
+
+    def intercept(self, record: MessageRecord, context: PutContext) -> MessageRecord | Rejection:
+        """The put interceptor: a message with ``DELAY`` is parked (or refused, for a bad value or in a batch).
+
+        The first scheduler whose property a message carries decides when it is delivered: a ``DELAY`` message is
+        this one's even at level 0 (the timer then leaves it alone)."""
+        if PROPERTY_DELAY not in record.properties or record.sys_flag & TRANSACTION_TYPE_MASK in _NOT_DELIVERED:
+            return record
+        if context.scheduled_by is not None:
+            return record
+        context.scheduled_by = self.name
+        if context.kind is PutKind.BATCH:
+            if record.properties[PROPERTY_DELAY] not in ("", "0"):
+                return Rejection(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay level")
+            return record
+        try:
+            return self.redirect(record) or record
+        except ValueError as exc:
+            return Rejection(ResponseCode.MESSAGE_ILLEGAL, str(exc))
 
     def redirect(self, record: MessageRecord) -> MessageRecord | None:
         """Park a message with ``DELAY`` > 0 under SCHEDULE_TOPIC_XXXX (spec 7.6 store path); None leaves it alone.
@@ -288,16 +315,12 @@ DELAY_LEVELS = StateKey[DelayLevelService]("delay_levels")
 
 
 @hookimpl(trylast=True)
-def pyrmq_register_delay_schedulers(kernel: Any) -> list[Any] | None:
-    # called by the broker core from its pyrmq_configure, once its context (and store) exist
+def pyrmq_configure(kernel: Any) -> None:
     from pyrmq.plugins.broker.core import BROKER
 
     ctx = kernel.state.find(BROKER)
     if ctx is None:
-        return None
-    existing = kernel.state.find(DELAY_LEVELS)
-    if existing is not None:  # collected again (configuration change): the same service
-        return [existing]
+        return
     settings = ctx.settings
     service = DelayLevelService(
         ctx.store,
@@ -307,7 +330,12 @@ def pyrmq_register_delay_schedulers(kernel: Any) -> list[Any] | None:
         deliver=settings.brokerRole != "SLAVE",
     )
     kernel.state.put(DELAY_LEVELS, service)
-    return [service]
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_put_interceptors(kernel: Any) -> list[Any] | None:
+    service = kernel.state.find(DELAY_LEVELS)
+    return None if service is None else [service]
 
 
 @hookimpl(trylast=True)

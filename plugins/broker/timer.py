@@ -1,4 +1,4 @@
-"""Arbitrary-time delivery (beyond RocketMQ 4.x; the property names are RocketMQ 5.x's): a delay-scheduler plugin.
+"""Arbitrary-time delivery (beyond RocketMQ 4.x; the property names are RocketMQ 5.x's): a put-interceptor plugin.
 
 A message with ``TIMER_DELIVER_MS`` (absolute epoch ms) or ``TIMER_DELAY_SEC`` (seconds from now) due later than
 now is parked under ``rmq_sys_wheel_timer`` queue 0 with ``REAL_TOPIC`` / ``REAL_QID`` (like a delayed message, spec
@@ -37,9 +37,11 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
-from pyrmq.plugins.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
+from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
+from pyrmq.plugins.broker.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
+from pyrmq.remoting.codes import ResponseCode
 from pyrmq.store.consume_queue import BLANK_SIZE
-from pyrmq.store.format import MessageRecord
+from pyrmq.store.format import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, MessageRecord
 from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.timer")
@@ -59,10 +61,16 @@ RETRY_AFTER_S = 1.0
 _OFFSET = struct.Struct(">q")
 
 
-class TimerService:
-    """The ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` scheduler and its wheel service."""
+#: transaction types that are never scheduled (a prepared or rolled-back message is not delivered at all)
+_NOT_DELIVERED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
-    property_keys = frozenset({PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC})
+
+class TimerService:
+    """The ``TIMER_DELIVER_MS`` / ``TIMER_DELAY_SEC`` put interceptor and its wheel service."""
+
+    name = "timer"
+    order = ORDER_SCHEDULE + 10
+    trigger_properties = frozenset({PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC})
 
     def __init__(
         self,
@@ -103,6 +111,26 @@ class TimerService:
         return self.store.clock
 
     # -- send path ---------------------------------------------------------------------------------------------
+
+    def intercept(self, record: MessageRecord, context: PutContext) -> MessageRecord | Rejection:
+        """The put interceptor: park a message due later (refuse a bad value, or a timed message in a batch).
+
+        A message another scheduler has claimed (``DELAY``: the delay levels run first) is left alone."""
+        props = record.properties
+        if PROPERTY_TIMER_DELIVER_MS not in props and PROPERTY_TIMER_DELAY_SEC not in props:
+            return record
+        if context.scheduled_by is not None or record.sys_flag & TRANSACTION_TYPE_MASK in _NOT_DELIVERED:
+            return record
+        context.scheduled_by = self.name
+        try:
+            parked = self.redirect(record)
+        except ValueError as exc:
+            return Rejection(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if parked is None:
+            return record
+        if context.kind is PutKind.BATCH:
+            return Rejection(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support timer delivery (TIMER_DELIVER_MS / TIMER_DELAY_SEC)")
+        return parked
 
     def redirect(self, record: MessageRecord) -> MessageRecord | None:
         """Park a message due later than now under rmq_sys_wheel_timer; None stores it as it is (due now).
@@ -395,18 +423,14 @@ TIMER = StateKey[TimerService]("timer")
 
 
 @hookimpl(trylast=True)
-def pyrmq_register_delay_schedulers(kernel: Any) -> list[Any] | None:
-    # called by the broker core from its pyrmq_configure, once its context (and store) exist
+def pyrmq_configure(kernel: Any) -> None:
     from pyrmq.plugins.broker.core import BROKER
 
     ctx = kernel.state.find(BROKER)
     if ctx is None:
-        return None
-    existing = kernel.state.find(TIMER)
-    if existing is not None:  # collected again (configuration change): the same service
-        return [existing]
+        return
     settings = ctx.settings
-    options = kernel.plugin_settings("pyrmq.plugins.timer")
+    options = kernel.plugin_settings("pyrmq.plugins.broker.timer")
     service = TimerService(
         ctx.store,
         os.path.join(str(settings.store_root), "timerwheel"),
@@ -416,7 +440,12 @@ def pyrmq_register_delay_schedulers(kernel: Any) -> list[Any] | None:
         deliver=settings.brokerRole != "SLAVE",
     )
     kernel.state.put(TIMER, service)
-    return [service]
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_put_interceptors(kernel: Any) -> list[Any] | None:
+    service = kernel.state.find(TIMER)
+    return None if service is None else [service]
 
 
 @hookimpl(trylast=True)

@@ -1,0 +1,317 @@
+"""Each kernel hook doing the job it exists for, through a real role on real sockets.
+
+Every test here carries ``@pytest.mark.hook(...)`` with the hooks it exercises and implements them in a test plugin
+of its own; tests/kernel/test_hookspecs_meta.py checks that every hook has such a test (a test that merely names a
+hook does not count).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import attrs
+import pytest
+import trio
+
+from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.types import ORDER_REFUSE, ORDER_REROUTE, PutContext, PutKind, Rejection
+from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.store.format import (
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    BatchEntry,
+    decode_messages,
+    encode_batch_body,
+    encode_properties,
+    java_string_hash,
+)
+
+GROUP = "g-hooks"
+
+
+def send_request(topic, body, props=None, *, queue_id=0, sys_flag=0, extra_fields=None, code=RequestCode.SEND_MESSAGE):
+    properties = {"UNIQ_KEY": f"U{time.monotonic_ns():030d}"[:32]}
+    properties.update(props or {})
+    fields = {
+        "producerGroup": "pg", "topic": topic, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+        "queueId": queue_id, "sysFlag": sys_flag, "bornTimestamp": int(time.time() * 1000), "flag": 0,
+        "properties": encode_properties(properties), "reconsumeTimes": 0, "unitMode": False,
+    }
+    fields.update(extra_fields or {})
+    return RemotingCommand.request(code, fields, body)
+
+
+def pull_request(topic, queue_id=0, offset=0, *, sub="*", expression_type=None):
+    fields = {
+        "consumerGroup": GROUP, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
+        "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0", "subscription": sub,
+        "subVersion": "0",
+    }
+    if expression_type:
+        fields["expressionType"] = expression_type
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, fields)
+
+
+async def pulled(client, addr, topic, queue_id=0, **kw) -> list[Any]:
+    response = await client.invoke(addr, pull_request(topic, queue_id, **kw))
+    return decode_messages(response.body_bytes()) if response.code == ResponseCode.SUCCESS else []
+
+
+# -- put interceptors --------------------------------------------------------------------------------------------
+
+
+class VaultGuard:
+    """An ACL-style refusal: topics named Vault* (and retries of their messages) need AccessKey=open-sesame."""
+
+    name = "vault-guard"
+    order = ORDER_REFUSE
+
+    def __init__(self) -> None:
+        self.kinds: list[PutKind] = []
+
+    def intercept(self, record, context: PutContext):
+        guarded = record.topic.startswith("Vault") or record.properties.get("RETRY_TOPIC", "").startswith("Vault")
+        if not guarded:
+            return record
+        self.kinds.append(context.kind)
+        if context.request.ext_fields.get("AccessKey") != "open-sesame":
+            return Rejection(ResponseCode.NO_PERMISSION, f"no access to {record.topic} from {context.born_host[0]}: AccessKey missing or wrong")
+        return record
+
+
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+
+
+class HalfMessages:
+    """What a transaction plugin does with a prepared message: park it under the half topic, undelivered."""
+
+    name = "half-messages"
+    order = ORDER_REROUTE - 50
+
+    def intercept(self, record, context):
+        if record.properties.get("TRAN_MSG") != "true" or record.sys_flag & 0xC != TRANSACTION_PREPARED_TYPE:
+            return record
+        properties = dict(record.properties, REAL_TOPIC=record.topic, REAL_QID=str(record.queue_id))
+        return attrs.evolve(record, topic=HALF_TOPIC, queue_id=0, properties=properties, properties_bytes=None,
+                            sys_flag=(record.sys_flag & ~0xC) | TRANSACTION_NOT_TYPE)
+
+
+class InterceptorPlugin:
+    def __init__(self) -> None:
+        self.guard = VaultGuard()
+
+    @hookimpl
+    def pyrmq_configure(self, kernel):
+        from pyrmq.plugins.broker.core import BROKER
+
+        # a plain configure finds the broker's context: the core's runs first (tryfirst)
+        kernel.state.get(BROKER).topics.create_system_topic(HALF_TOPIC, 1, 6)
+
+    @hookimpl
+    def pyrmq_register_put_interceptors(self, kernel):
+        return [HalfMessages(), self.guard]
+
+
+@pytest.mark.hook("pyrmq_register_put_interceptors")
+async def test_put_interceptors_refuse_with_a_code_and_re_address_half_messages(start_role, remoting_client):
+    plugin = InterceptorPlugin()
+    kernel = await start_role("dev", extra_plugins=[plugin])
+    addr = kernel.listening["broker"]
+    names = [i.name for i in kernel.put_chain.interceptors]
+    assert names == ["vault-guard", "half-messages", "dead-letter", "delay-levels", "timer"]
+
+    # refused over TCP with the interceptor's code and remark; nothing stored
+    refused = await remoting_client.invoke(addr, send_request("Vault", b"gold"))
+    assert refused.code == ResponseCode.NO_PERMISSION
+    assert refused.remark == "no access to Vault from 127.0.0.1: AccessKey missing or wrong"
+    assert await pulled(remoting_client, addr, "Vault") == []
+    ok = await remoting_client.invoke(addr, send_request("Vault", b"gold", extra_fields={"AccessKey": "open-sesame"}))
+    assert ok.code == ResponseCode.SUCCESS
+    assert [m.body for m in await pulled(remoting_client, addr, "Vault")] == [b"gold"]
+    # the batch send runs the chain too
+    batch_body = encode_batch_body([BatchEntry(0, b"a", b""), BatchEntry(0, b"b", b"")])
+    batch = send_request("Vault", batch_body, code=RequestCode.SEND_BATCH_MESSAGE)
+    assert (await remoting_client.invoke(addr, batch)).code == ResponseCode.NO_PERMISSION
+    # and so does a consumer's send-back of a Vault message
+    [stored] = await pulled(remoting_client, addr, "Vault")
+    back = RemotingCommand.request(RequestCode.CONSUMER_SEND_MSG_BACK, {
+        "offset": str(stored.commit_log_offset), "group": GROUP, "delayLevel": "0", "originMsgId": stored.msg_id,
+        "originTopic": "Vault", "maxReconsumeTimes": "16"})
+    refused_back = await remoting_client.invoke(addr, back)
+    assert refused_back.code == ResponseCode.NO_PERMISSION and "AccessKey" in refused_back.remark
+    assert plugin.guard.kinds == [PutKind.SEND, PutKind.SEND, PutKind.BATCH, PutKind.SEND_BACK]
+
+    # a prepared message is re-addressed before the append: invisible on its topic, parked under the half topic
+    prepared = send_request("Orders", b"half", {"TRAN_MSG": "true", "PGROUP": "pg"}, sys_flag=TRANSACTION_PREPARED_TYPE)
+    assert (await remoting_client.invoke(addr, prepared)).code == ResponseCode.SUCCESS
+    assert await pulled(remoting_client, addr, "Orders") == []
+    [half] = await pulled(remoting_client, addr, HALF_TOPIC)
+    assert half.body == b"half" and half.properties["REAL_TOPIC"] == "Orders" and half.properties["REAL_QID"] == "0"
+
+
+# -- processors, lifecycle ---------------------------------------------------------------------------------------
+
+ECHO = 9100
+SEEN = StateKey[list]("test.hooks.seen")
+
+
+class Lifecycle:
+    """configure creates, register returns what exists, serve starts a service, unconfigure runs before the store
+    closes."""
+
+    def __init__(self) -> None:
+        self.at_stop: list[int] = []
+
+    @hookimpl
+    def pyrmq_configure(self, kernel):
+        kernel.state.put(SEEN, [])
+
+    @hookimpl
+    def pyrmq_register_processors(self, kernel, role):
+        if role != "broker":
+            return None
+        seen = kernel.state.get(SEEN)
+
+        async def echo(connection, request):
+            return request.make_response(0, f"echo {request.ext_fields.get('word')} after {len(seen)} ticks")
+
+        return {ECHO: echo}
+
+    @hookimpl
+    async def pyrmq_serve(self, kernel, nursery):
+        async def ticker(*, task_status=trio.TASK_STATUS_IGNORED):
+            task_status.started()
+            while True:
+                kernel.state.get(SEEN).append("tick")
+                await trio.sleep(0.01)
+
+        await nursery.start(ticker)
+
+    @hookimpl
+    async def pyrmq_unconfigure(self, kernel):
+        from pyrmq.plugins.broker.core import BROKER
+
+        # a feature's unconfigure runs before the core's (trylast): the store is still open
+        self.at_stop.append(kernel.state.get(BROKER).store.max_phy_offset)
+
+
+@pytest.mark.hook("pyrmq_configure", "pyrmq_register_processors", "pyrmq_serve", "pyrmq_unconfigure")
+async def test_a_plugin_configures_registers_serves_and_unconfigures(start_role, remoting_client):
+    plugin = Lifecycle()
+    kernel = await start_role("broker", extra_plugins=[plugin])
+    addr = kernel.listening["broker"]
+    with trio.fail_after(10):
+        while len(kernel.state.get(SEEN)) < 3:
+            await trio.sleep(0.01)
+    answer = await remoting_client.invoke(addr, RemotingCommand.request(ECHO, {"word": "hi"}))
+    assert answer.code == 0 and answer.remark.startswith("echo hi after ")
+    assert (await remoting_client.invoke(addr, send_request("T", b"x"))).code == ResponseCode.SUCCESS
+    kernel.request_stop()
+    with trio.fail_after(10):
+        while not plugin.at_stop:
+            await trio.sleep(0.01)
+    assert plugin.at_stop[0] > 0  # it read the store after the send, before the store closed
+
+
+# -- store dispatchers -------------------------------------------------------------------------------------------
+
+
+class Audit:
+    name = "audit"
+    order = 15  # after the consume queue (0) and the index (10)
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, int]] = []
+
+    def dispatch(self, request):
+        self.seen.append((request.topic, request.queue_id, request.queue_offset))
+
+
+class AuditPlugin:
+    def __init__(self) -> None:
+        self.audit = Audit()
+
+    @hookimpl
+    def pyrmq_register_store_dispatchers(self, kernel):
+        return [self.audit]
+
+
+@pytest.mark.hook("pyrmq_register_store_dispatchers")
+async def test_a_store_dispatcher_sees_every_appended_record_in_order(start_role, remoting_client):
+    plugin = AuditPlugin()
+    kernel = await start_role("broker", extra_plugins=[plugin])
+    addr = kernel.listening["broker"]
+    assert [d.name for d in kernel.store_dispatchers] == ["consume_queue", "index", "audit", "long-polling"]
+    for i in range(3):
+        assert (await remoting_client.invoke(addr, send_request("TA", b"m%d" % i, queue_id=1))).code == 0
+    assert plugin.audit.seen == [("TA", 1, 0), ("TA", 1, 1), ("TA", 1, 2)]
+
+
+# -- connection events -------------------------------------------------------------------------------------------
+
+
+class Watch:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+
+    @hookimpl
+    def pyrmq_connection_opened(self, kernel, role, connection):
+        self.events.append(("open", role, connection.remote_address))
+
+    @hookimpl
+    def pyrmq_connection_closed(self, kernel, role, connection):
+        self.events.append(("close", role, connection.remote_address))
+
+
+@pytest.mark.hook("pyrmq_connection_opened", "pyrmq_connection_closed")
+async def test_connection_events_follow_a_tcp_connection(start_role):
+    watch = Watch()
+    kernel = await start_role("broker", extra_plugins=[watch])
+    host, port = kernel.listening["broker"].rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    local = stream.socket.getsockname()[:2]
+    with trio.fail_after(10):
+        while not watch.events:
+            await trio.sleep(0.01)
+    await stream.aclose()
+    with trio.fail_after(10):
+        while len(watch.events) < 2:
+            await trio.sleep(0.01)
+    assert watch.events == [("open", "broker", tuple(local)), ("close", "broker", tuple(local))]
+
+
+# -- message filter ----------------------------------------------------------------------------------------------
+
+
+class NotTag:
+    def __init__(self, expression: str) -> None:
+        self.excluded = java_string_hash(expression.strip())
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        return tags_code != self.excluded
+
+    def is_matched_by_commit_log(self, record) -> bool:
+        return True
+
+
+class NotTagPlugin:
+    @hookimpl
+    def pyrmq_make_message_filter(self, kernel, expression_type, expression):
+        return NotTag(expression) if expression_type == "NOT_TAG" else None
+
+
+@pytest.mark.hook("pyrmq_make_message_filter")
+async def test_a_filter_plugin_answers_its_own_expression_type(start_role, remoting_client):
+    kernel = await start_role("broker", {"broker.enablePropertyFilter": True}, extra_plugins=[NotTagPlugin()])
+    addr = kernel.listening["broker"]
+    for tag in ("TagA", "TagB", "TagA", "TagC"):
+        await remoting_client.invoke(addr, send_request("TF", tag.encode(), {"TAGS": tag}))
+    kept = await pulled(remoting_client, addr, "TF", sub="TagA", expression_type="NOT_TAG")
+    assert [m.body for m in kept] == [b"TagB", b"TagC"]
+    # the built-in TAG filter is still the answer for TAG
+    assert [m.body for m in await pulled(remoting_client, addr, "TF", sub="TagA")] == [b"TagA", b"TagA"]
+    unknown = await remoting_client.invoke(addr, pull_request("TF", sub="a > 1", expression_type="SQL92"))
+    assert unknown.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "SQL92" in unknown.remark
