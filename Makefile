@@ -7,8 +7,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.pyrmq-installed
 PYTEST_ARGS ?=
+PEERS_ARGS ?=
 
-.PHONY: run test install check-python check-java bench clean
+.PHONY: run test install check-python check-java bench peers clean
 
 check-python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || \
@@ -42,6 +43,14 @@ test: $(STAMP) check-java
 
 bench: $(STAMP)
 	$(BIN)/python bench/kernel_bench.py
+
+# pyrmq beside the Apache RocketMQ Java broker and Redis 7 Streams (bench/peers.py; minutes, not part of `make test`).
+# PEERS_ARGS='--count 100000 --repeat 1' for a quick run.
+peers: $(STAMP) check-java
+	@command -v redis-server >/dev/null 2>&1 || { echo "bench/peers.py needs redis-server: apt-get install redis-server"; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "bench/peers.py needs Maven: apt-get install maven"; exit 1; }
+	@$(BIN)/python -c 'import redis, hiredis' 2>/dev/null || $(BIN)/python -m pip install --quiet redis hiredis
+	$(BIN)/python bench/peers.py $(PEERS_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis

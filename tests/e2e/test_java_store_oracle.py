@@ -6,7 +6,10 @@
     committed offsets kept, and new messages continue the queues.
 (b) A store written by `pyrmq broker` (messages from pyrmq's client, offsets committed by pyrmq's consumer) is
     opened by the Java broker and the official Java push consumer reads every message with its offsets and
-    properties; a group's committed offsets are honoured.
+    properties; a group's committed offsets are honoured, and pyrmq's pending delay-level messages are delivered by
+    the Java broker on time.
+
+Both sides run with a delay table whose level 3 is 20 s, so the delayed messages are still pending at the handover.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import trio
 
 from pyrmq.client import Admin, Message, Producer, PullConsumer, api
 from pyrmq.client.message import MessageQueue, PullStatus
+from pyrmq.store.config_files import DelayOffsetFile
 from pyrmq.store.format import decode_message_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "java"))
@@ -31,7 +35,10 @@ pytestmark = pytest.mark.slow
 
 ORACLE_SRC = Path(__file__).resolve().parent / "java" / "oracle"
 QUEUES = {"OracleA": 4, "OracleB": 2}
-SYSTEM = {"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME", "CLUSTER"}
+SYSTEM = {"KEYS", "TAGS", "UNIQ_KEY", "WAIT", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME", "CLUSTER", "DELAY",
+          "REAL_TOPIC", "REAL_QID"}
+DELAYS = "1s 5s 20s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+LEVEL, LEVEL_MS = 3, 20_000
 
 
 @pytest.fixture(scope="module")
@@ -56,18 +63,21 @@ def start_pyrmq(spawn, store: Path):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv")
     addr = namesrv.listening["namesrv"]
     broker = spawn("broker", "-c", "broker", "--namesrv", addr, "--listen", f"127.0.0.1:{free_port()}",
-                   "--store-dir", str(store), name="broker")
+                   "--store-dir", str(store), "--set", f"messageDelayLevel={DELAYS}", name="broker")
     return addr, broker.listening["broker"], [broker, namesrv]
 
 
 def test_a_store_written_by_the_java_broker_is_served_by_pyrmq(oracle_classes, spawn, tmp_path):
     store = tmp_path / "store"
-    with JavaRocketMQ(tmp_path / "java", store) as rmq:
+    with JavaRocketMQ(tmp_path / "java", store, broker_conf={"messageDelayLevel": DELAYS}) as rmq:
         first = run_oracle(oracle_classes, tmp_path, "produce", rmq.namesrv_addr, rmq.broker_addr, 0, 20, 0)
         consumed = run_oracle(oracle_classes, tmp_path, "consume", rmq.namesrv_addr, "oracle_g1", "OracleA", 20, 60)
         assert consumed[-1] == {"end": 20}
         rest = run_oracle(oracle_classes, tmp_path, "produce", rmq.namesrv_addr, rmq.broker_addr, 20, 40, 1)
+        late = run_oracle(oracle_classes, tmp_path, "delayed", rmq.namesrv_addr, "OracleA", 1, LEVEL, 2)
         assert rmq.stop_broker() in (0, 143)  # 143: the JVM exits by its SIGTERM hook after a clean shutdown
+    # still pending: the Java broker's delay progress for the level did not move
+    assert DelayOffsetFile(str(store / "config" / "delayOffset.json")).load_table().get(LEVEL, 0) == 0
     sent = first + rest
     assert len(sent) == 90 and {s["status"] for s in sent} == {"SEND_OK"}
     assert not (store / "abort").exists() and (store / "config" / "consumerOffset.json").exists()
@@ -78,6 +88,18 @@ def test_a_store_written_by_the_java_broker_is_served_by_pyrmq(oracle_classes, s
 
     async def check() -> None:
         async with PullConsumer(namesrv, "oracle_g1") as consumer:
+            # the delayed messages arrive at the end of OracleA queue 1, not before their time
+            [mq1] = [mq for mq in await consumer.fetch_queues("OracleA") if mq.queue_id == 1]
+            delivered = []
+            with trio.fail_after(60):
+                while len(delivered) < len(late):
+                    result = await consumer.pull(mq1, "*", 10 + len(delivered), 32, block=True, suspend_ms=2000)
+                    delivered += result.messages if result.status is PullStatus.FOUND else []
+            assert [(m.queue_offset, m.msg_id, m.tags, " ".join(m.keys), m.body.decode(), user_props(m.properties))
+                    for m in delivered] == [(10 + i, s["msgId"], "late", s["keys"], s["body"], user_props(s["properties"]))
+                                            for i, s in enumerate(late)]
+            assert all(m.store_timestamp >= m.born_timestamp + LEVEL_MS for m in delivered)
+
             pulled = {}
             committed = {}
             for topic, n in QUEUES.items():
@@ -93,7 +115,9 @@ def test_a_store_written_by_the_java_broker_is_served_by_pyrmq(oracle_classes, s
                         for m in result.messages:
                             pulled[(m.topic, m.queue_id, m.queue_offset)] = m
                         offset = result.next_begin_offset
-            assert set(pulled) == set(by_position)
+            assert set(pulled) == set(by_position) | {("OracleA", 1, 10), ("OracleA", 1, 11)}
+            for position in [("OracleA", 1, 10), ("OracleA", 1, 11)]:
+                del pulled[position]
             for position, m in pulled.items():
                 s = by_position[position]
                 assert (m.msg_id, m.offset_msg_id, m.tags, " ".join(m.keys), m.body.decode()) == (
@@ -157,22 +181,29 @@ def test_a_store_written_by_pyrmq_is_served_by_the_java_broker(oracle_classes, s
                 sent[("OracleB", 0, r.queue_offset + i)] = {
                     "msgId": msg_id, "offsetMsgId": None, "tags": "tagB", "keys": f"bk-{i}", "body": msg.body.decode(),
                     "props": {"idx": str(100 + i)}}
+            for i in range(2):  # due 20 s from now: pending when the Java broker takes over
+                msg = Message("OracleA", f"delayed-{i}", tags="late", keys=f"delayed-OracleA-{i}", delay_time_level=LEVEL,
+                              properties={"idx": f"d{i}"})
+                r = await producer.send(msg, queue=MessageQueue("OracleA", "broker-a", 1))
+                sent[("OracleA", 1, 10 + i)] = {"msgId": r.msg_id, "offsetMsgId": None, "tags": "late",
+                                                "keys": msg.keys[0], "body": msg.body.decode(), "props": {"idx": f"d{i}"},
+                                                "delayed": True}
         # group py_g1 commits 4 messages of each OracleA queue
         async with PullConsumer(namesrv, "py_g1") as consumer:
             for mq in await consumer.fetch_queues("OracleA"):
                 await consumer.commit_offset(mq, 4)
 
     trio.run(produce)
-    assert len(sent) == 90
+    assert len(sent) == 92
     for role in roles:  # SIGTERM: a clean shutdown, before the Java broker opens the store
         assert role.stop() == 0
     assert not (store / "abort").exists()
 
-    with JavaRocketMQ(tmp_path / "java", store) as rmq:
+    with JavaRocketMQ(tmp_path / "java", store, broker_conf={"messageDelayLevel": DELAYS}) as rmq:
         got = []
         for topic, n in QUEUES.items():
             count = sum(1 for t, _, _ in sent if t == topic)
-            lines = run_oracle(oracle_classes, tmp_path, "consume", rmq.namesrv_addr, "java_g", topic, count, 60)
+            lines = run_oracle(oracle_classes, tmp_path, "consume", rmq.namesrv_addr, "java_g", topic, count, 90)
             assert lines[-1] == {"end": count}, topic
             got += lines[:-1]
         assert sorted((m["topic"], m["queueId"], m["queueOffset"]) for m in got) == sorted(sent)
@@ -183,9 +214,11 @@ def test_a_store_written_by_pyrmq_is_served_by_the_java_broker(oracle_classes, s
             assert user_props(m["properties"]) == s["props"], m
             if s["offsetMsgId"]:
                 assert m["offsetMsgId"] == s["offsetMsgId"], m
+            if s.get("delayed"):
+                assert m["storeTimestamp"] >= m["bornTimestamp"] + LEVEL_MS, m
         # py_g1 committed offset 4 on every OracleA queue in pyrmq: the Java broker hands out only the rest
-        rest = run_oracle(oracle_classes, tmp_path, "consume", rmq.namesrv_addr, "py_g1", "OracleA", 24, 60)
-        assert rest[-1] == {"end": 24}
-        assert sorted((m["queueId"], m["queueOffset"]) for m in rest[:-1]) == [
-            (q, o) for q in range(4) for o in range(4, 10)]
+        rest = run_oracle(oracle_classes, tmp_path, "consume", rmq.namesrv_addr, "py_g1", "OracleA", 26, 60)
+        assert rest[-1] == {"end": 26}
+        assert sorted((m["queueId"], m["queueOffset"]) for m in rest[:-1]) == sorted(
+            [(q, o) for q in range(4) for o in range(4, 10)] + [(1, 10), (1, 11)])
 

@@ -6,6 +6,8 @@
 //                                                      messages <from>..<to>-1 to each, round-robin over the queues
 //                                                      (tags, keys, user properties), then when <batch> is 1 one
 //                                                      batch of 10 to OracleB queue 0; one line per message sent
+//   Oracle delayed <namesrv> <topic> <queueId> <level> <n>
+//                                                      send <n> messages with delayTimeLevel <level> to one queue
 //   Oracle consume <namesrv> <group> <topic> <count> <seconds>
 //                                                      DefaultMQPushConsumer from the first offset until <count>
 //                                                      messages arrived (or <seconds> passed); one line per
@@ -109,6 +111,24 @@ public class Oracle {
         }
     }
 
+    static void delayed(String namesrv, String topic, int queueId, int level, int n) throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer("oracle_producer");
+        producer.setNamesrvAddr(namesrv);
+        producer.setInstanceName("oracle-producer-" + System.nanoTime());
+        producer.start();
+        try {
+            for (int i = 0; i < n; i++) {
+                Message m = new Message(topic, "late", "delayed-" + topic + "-" + i,
+                    ("delayed-" + i).getBytes(StandardCharsets.UTF_8));
+                m.putUserProperty("idx", "d" + i);
+                m.setDelayTimeLevel(level);
+                emit(sent(producer.send(m, new MessageQueue(topic, "broker-a", queueId), 10000), m));
+            }
+        } finally {
+            producer.shutdown();
+        }
+    }
+
     static void consume(String namesrv, String group, String topic, int count, int seconds) throws Exception {
         CountDownLatch done = new CountDownLatch(count);
         AtomicInteger seen = new AtomicInteger();
@@ -133,6 +153,8 @@ public class Oracle {
                 o.put("bodyCRC", m.getBodyCRC());
                 o.put("reconsumeTimes", m.getReconsumeTimes());
                 o.put("storeHost", m.getStoreHost().toString());
+                o.put("bornTimestamp", m.getBornTimestamp());
+                o.put("storeTimestamp", m.getStoreTimestamp());
                 emit(o);
                 seen.incrementAndGet();
                 done.countDown();
@@ -152,6 +174,9 @@ public class Oracle {
         switch (args[0]) {
             case "produce":
                 produce(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]), "1".equals(args[5]));
+                break;
+            case "delayed":
+                delayed(args[1], args[2], Integer.parseInt(args[3]), Integer.parseInt(args[4]), Integer.parseInt(args[5]));
                 break;
             case "consume":
                 consume(args[1], args[2], args[3], Integer.parseInt(args[4]), Integer.parseInt(args[5]));
