@@ -14,8 +14,8 @@ of 100 (``send_batch`` vs a pipelined XADD), consumption of the ``--py-count`` s
 and ``async for`` vs XREAD COUNT 1000).
 
 Per workload: messages/s (timed inside the client, after a warm-up), the server's CPU seconds over the workload
-(utime + stime from /proc/<pid>/stat, every thread) and its RSS afterwards (VmRSS; it includes the mapped store
-pages each server touched). Medians of ``--repeat`` runs, the systems alternating first and second. Figures are
+(utime + stime from /proc/<pid>/stat, every thread) and its RSS afterwards: VmRSS, which includes the mapped store
+pages each server touched, and in brackets RssAnon, the process's own memory (the JVM's includes its heap). Medians of ``--repeat`` runs, the systems alternating first and second. Figures are
 printed, never asserted. Needs Java 17 + Maven (the jars are fetched once into ~/.cache/pyrmq), ``redis-server``
 (apt-get install redis-server) and ``pip install redis hiredis`` in the venv.
 """
@@ -62,12 +62,15 @@ def proc_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK
 
 
-def proc_rss_mib(pid: int) -> float:
+def proc_rss_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, RssAnon) in MiB: resident in total (with the mapped store pages) and the process's own memory."""
+    values = {}
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "RssAnon"):
+                values[key] = int(rest.split()[0]) / 1024
+    return values.get("VmRSS", 0.0), values.get("RssAnon", 0.0)
 
 
 # ---- the servers ----------------------------------------------------------------------------------------------------
@@ -185,7 +188,7 @@ def java_load(classes: Path, server, work: Path, *args: object, limit: float = 3
             elif "mode" in data:
                 result = data
                 result["cpu"] = proc_cpu(server.pid) - cpu0
-                result["rss"] = proc_rss_mib(server.pid)
+                result["rss"], result["anon"] = proc_rss_mib(server.pid)
         code = proc.wait()
     finally:
         killer.cancel()
@@ -204,9 +207,10 @@ def part1(server, classes: Path, work: Path, sizes: dict[str, int]) -> dict[str,
         ("consume", ("consume", server.namesrv_addr, "peers_consumer", "PeersStore", sizes["count"])),
     ):
         r = java_load(classes, server, work, *args)
-        out[workload] = {"rate": r["count"] / r["seconds"], "cpu": r["cpu"], "rss": r["rss"], "errors": r["errors"]}
+        out[workload] = {"rate": r["count"] / r["seconds"], "cpu": r["cpu"], "rss": r["rss"], "anon": r["anon"],
+                         "errors": r["errors"]}
         progress(f"  {server.name:5s} {workload:9s} {r['count']:>9,} msgs  {out[workload]['rate']:>10,.0f} msgs/s  "
-                 f"cpu {r['cpu']:6.1f} s  rss {r['rss']:6.0f} MiB" + (f"  {r['errors']} FAILED" if r["errors"] else ""))
+                 f"cpu {r['cpu']:6.1f} s  rss {r['rss']:6.0f} MiB (anon {r['anon']:.0f})" + (f"  {r['errors']} FAILED" if r["errors"] else ""))
     return out
 
 
@@ -224,10 +228,10 @@ class Timed:
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.t0
         self.cpu = proc_cpu(self.pid) - self.cpu0
-        self.rss = proc_rss_mib(self.pid)
+        self.rss, self.anon = proc_rss_mib(self.pid)
 
     def row(self, n: int) -> dict:
-        return {"rate": n / self.seconds, "cpu": self.cpu, "rss": self.rss}
+        return {"rate": n / self.seconds, "cpu": self.cpu, "rss": self.rss, "anon": self.anon}
 
 
 def part2_pyrmq(server: PyrmqServer, sizes: dict[str, int]) -> dict[str, dict]:
@@ -350,7 +354,7 @@ def table(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> s
     peer_name = {"java": "RocketMQ 4.9.7", "redis": "Redis 7 Streams"}
     lines = [
         "| workload (1 KiB bodies) | msgs | peer | pyrmq msgs/s | peer msgs/s | pyrmq / peer | pyrmq CPU s | peer CPU s "
-        "| pyrmq RSS MiB | peer RSS MiB |",
+        "| pyrmq RSS MiB (anon) | peer RSS MiB (anon) |",
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, ours, peer, our_key, peer_key, msgs in rows:
@@ -361,7 +365,8 @@ def table(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> s
         ra, rb = median(a, "rate"), median(b, "rate")
         lines.append(
             f"| {label} | {msgs} | {peer_name[peer]} | {ra:,.0f} | {rb:,.0f} | {ra / rb:.2f}x | {median(a, 'cpu'):.1f} "
-            f"| {median(b, 'cpu'):.1f} | {median(a, 'rss'):.0f} | {median(b, 'rss'):.0f} |"
+            f"| {median(b, 'cpu'):.1f} | {median(a, 'rss'):.0f} ({median(a, 'anon'):.0f}) "
+            f"| {median(b, 'rss'):.0f} ({median(b, 'anon'):.0f}) |"
         )
     failed = [f"{system} {workload}: {sum(r.get('errors', 0) for r in runs)}"
               for system, by_workload in results.items() for workload, runs in by_workload.items()
@@ -437,7 +442,7 @@ def main() -> None:
                             server.stop()
                     for workload, row in figures.items():
                         progress(f"  {name:8s} {workload:20s} {row['rate']:>10,.0f} msgs/s  cpu {row['cpu']:6.1f} s  "
-                                 f"rss {row['rss']:6.0f} MiB")
+                                 f"rss {row['rss']:6.0f} MiB (anon {row['anon']:.0f})")
                     keep(name, figures)
     print(table(results, sizes))
 
