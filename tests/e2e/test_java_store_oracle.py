@@ -8,6 +8,9 @@
     opened by the Java broker and the official Java push consumer reads every message with its offsets and
     properties; a group's committed offsets are honoured, and pyrmq's pending delay-level messages are delivered by
     the Java broker on time.
+(c) and (d) The same after a crash: a store the Java broker left behind when killed with SIGKILL (abort file
+    present, checkpoint as last flushed) is recovered and served by pyrmq, and a store pyrmq left behind when killed
+    is recovered by the Java broker and read by the Java consumer.
 
 Both sides run with a delay table whose level 3 is 20 s, so the delayed messages are still pending at the handover.
 """
@@ -222,3 +225,74 @@ def test_a_store_written_by_pyrmq_is_served_by_the_java_broker(oracle_classes, s
         assert sorted((m["queueId"], m["queueOffset"]) for m in rest[:-1]) == sorted(
             [(q, o) for q in range(4) for o in range(4, 10)] + [(1, 10), (1, 11)])
 
+
+
+async def pull_all(namesrv: str, group: str) -> dict[tuple[str, int, int], object]:
+    """Every message of the oracle topics, pulled queue by queue from offset 0, by (topic, queue, offset)."""
+    pulled = {}
+    async with PullConsumer(namesrv, group) as consumer:
+        for topic, n in QUEUES.items():
+            queues = await consumer.fetch_queues(topic)
+            assert sorted(mq.queue_id for mq in queues) == list(range(n))
+            for mq in queues:
+                offset = 0
+                while True:
+                    result = await consumer.pull(mq, "*", offset, 32)
+                    if result.status is not PullStatus.FOUND:
+                        break
+                    for m in result.messages:
+                        pulled[(m.topic, m.queue_id, m.queue_offset)] = m
+                    offset = result.next_begin_offset
+    return pulled
+
+
+def test_a_java_broker_killed_with_sigkill_leaves_a_store_pyrmq_recovers(oracle_classes, spawn, tmp_path):
+    store = tmp_path / "store"
+    with JavaRocketMQ(tmp_path / "java", store) as rmq:
+        sent = run_oracle(oracle_classes, tmp_path, "produce", rmq.namesrv_addr, rmq.broker_addr, 0, 30, 1)
+        rmq.broker.kill()  # kill -9: no shutdown hook, the abort file stays, the checkpoint is whatever was flushed
+    assert (store / "abort").exists()
+    namesrv, _, _ = start_pyrmq(spawn, store)
+
+    async def check() -> None:
+        pulled = await pull_all(namesrv, "oracle_crash")
+        assert sorted(pulled) == sorted((s["topic"], s["queueId"], s["queueOffset"]) for s in sent)
+        for s in sent:
+            m = pulled[(s["topic"], s["queueId"], s["queueOffset"])]
+            assert (m.msg_id, m.offset_msg_id, m.tags, m.body.decode(), user_props(m.properties)) == (
+                s["msgId"], s["offsetMsgId"], s["tags"], s["body"], user_props(s["properties"]))
+        async with Producer(namesrv, "oracle_py_producer") as producer:
+            result = await producer.send(Message("OracleB", b"after"), queue=MessageQueue("OracleB", "broker-a", 0))
+        assert result.queue_offset == 15 + 10  # 15 single sends and the batch of 10 before it
+
+    trio.run(check)
+
+
+def test_pyrmq_killed_with_sigkill_leaves_a_store_the_java_broker_recovers(oracle_classes, spawn, tmp_path):
+    store = tmp_path / "store"
+    namesrv, broker_addr, roles = start_pyrmq(spawn, store)
+    sent: dict[tuple[str, int, int], str] = {}
+
+    async def produce() -> None:
+        async with Admin(namesrv) as admin:
+            for topic, n in QUEUES.items():
+                await admin.create_topic(topic, n, broker_addr=broker_addr)
+        async with Producer(namesrv, "oracle_py_producer") as producer:
+            for i in range(30):
+                for topic, n in QUEUES.items():
+                    r = await producer.send(Message(topic, f"crash-{topic}-{i}", tags="t", keys=f"k{i}"),
+                                            queue=MessageQueue(topic, "broker-a", i % n))
+                    sent[(topic, r.message_queue.queue_id, r.queue_offset)] = r.msg_id
+
+    trio.run(produce)
+    roles[0].kill()  # the broker, kill -9
+    assert (store / "abort").exists()
+    with JavaRocketMQ(tmp_path / "java", store) as rmq:
+        got = {}
+        for topic in QUEUES:
+            lines = run_oracle(oracle_classes, tmp_path, "consume", rmq.namesrv_addr, "java_crash", topic, 30, 60)
+            assert lines[-1] == {"end": 30}, topic
+            got.update({(m["topic"], m["queueId"], m["queueOffset"]): m for m in lines[:-1]})
+        assert sorted(got) == sorted(sent)
+        assert all(got[p]["msgId"] == msg_id and got[p]["body"] == f"crash-{p[0]}-{int(got[p]['keys'][1:])}"
+                   for p, msg_id in sent.items())
