@@ -3,7 +3,8 @@
 (a) A store written by the Java broker (messages from the official Java client: tags, keys, user properties, two
     topics, six queues, a batch; offsets committed by a Java push consumer) is opened by `pyrmq broker` and served:
     every message pulled at its queue offset with its body and properties, found by key and by offset msgId, the
-    committed offsets kept, and new messages continue the queues.
+    committed offsets kept, and new messages continue the queues; delay-level messages still pending when the Java
+    broker stopped are delivered by pyrmq, not before their time.
 (b) A store written by `pyrmq broker` (messages from pyrmq's client, offsets committed by pyrmq's consumer) is
     opened by the Java broker and the official Java push consumer reads every message with its offsets and
     properties; a group's committed offsets are honoured, and pyrmq's pending delay-level messages are delivered by
