@@ -8,6 +8,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.pyrmq-installed
 PYTEST_ARGS ?=
+PEERS_ARGS ?=
 
 # The editable install is "strict": .venv sees exactly the modules of the packages pyproject.toml declares (through
 # a tree of links under build/), so tests/ and bench/ never import as pyrmq.tests / pyrmq.bench. A module added or
@@ -15,7 +16,7 @@ PYTEST_ARGS ?=
 PKG_DIRS  := kernel store remoting plugins client spark_plugin configs
 PKG_FILES := $(VENV)/.pyrmq-files
 
-.PHONY: run test install check-python check-tools bench clean FORCE
+.PHONY: run test install check-python check-tools bench peers clean FORCE
 
 check-python:
 	@PYTHON='$(PYTHON)' .ci/check-tools --python
@@ -44,6 +45,14 @@ test: check-tools $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/kernel_bench.py
+
+# pyrmq beside the Apache RocketMQ Java broker and Redis 7 Streams (bench/peers.py; minutes, not part of `make test`).
+# PEERS_ARGS='--count 100000 --repeat 1' for a quick run.
+peers: check-tools $(STAMP)
+	@command -v redis-server >/dev/null 2>&1 || { echo "bench/peers.py needs redis-server: apt-get install redis-server"; exit 1; }
+	@command -v mvn >/dev/null 2>&1 || { echo "bench/peers.py needs Maven: apt-get install maven"; exit 1; }
+	@$(BIN)/python -c 'import redis, hiredis' 2>/dev/null || $(BIN)/python -m pip install --quiet redis hiredis
+	$(BIN)/python bench/peers.py $(PEERS_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis $(STAMP)  # build/ holds the editable install's links

@@ -1,0 +1,451 @@
+"""pyrmq beside its peers in one run: the Apache RocketMQ Java broker, and Redis 7 Streams (issues 12 and 18).
+
+    .venv/bin/python bench/peers.py [--count 1000000] [--repeat 3] [--py-count 200000]     (or: make peers)
+
+Part 1, broker against broker: `pyrmq namesrv` + `pyrmq broker` and the Apache RocketMQ 4.9.7 name server + broker
+(Maven Central, run by tests/e2e/java/javabroker.py), each with a fresh store, driven by the same load generator,
+bench/java/PeersLoad.java on the official Java client 4.9.8, so the broker is what is measured. 1 KiB bodies:
+sync send with one in flight, 64 async sends in flight, batches of 100 (these store the ``--count`` messages), push
+consumption of those ``--count`` stored messages (default 1,000,000, as the issue asks).
+
+Part 2, what a Python user weighs us against: pyrmq's own client (``Producer`` / ``PushConsumer``) against pyrmq
+beside redis-py + hiredis against ``redis-server`` 7 (AOF, appendfsync everysec): sync send one in flight, batches
+of 100 (``send_batch`` vs a pipelined XADD), consumption of the ``--py-count`` stored messages (listener callback
+and ``async for`` vs XREAD COUNT 1000).
+
+Per workload: messages/s (timed inside the client, after a warm-up), the server's CPU seconds over the workload
+(utime + stime from /proc/<pid>/stat, every thread) and its RSS afterwards: VmRSS, which includes the mapped store
+pages each server touched, and in brackets RssAnon, the process's own memory (the JVM's includes its heap). Medians of ``--repeat`` runs, the systems alternating first and second. Figures are
+printed, never asserted. Needs Java 17 + Maven (the jars are fetched once into ~/.cache/pyrmq), ``redis-server``
+(apt-get install redis-server) and ``pip install redis hiredis`` in the venv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import trio
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "e2e" / "java"))
+
+from javabroker import JavaRocketMQ, free_port  # noqa: E402
+from javapeers import JavaPeerError, classpath, compile_sources, java_command  # noqa: E402
+
+from pyrmq.client import Admin, Message, Producer, PushConsumer  # noqa: E402
+
+CLK = os.sysconf("SC_CLK_TCK")
+BODY = b"x" * 1024
+T0 = time.monotonic()
+
+
+def progress(text: str) -> None:
+    print(f"[{time.monotonic() - T0:7.1f} s] {text}", file=sys.stderr, flush=True)
+
+
+def proc_cpu(pid: int) -> float:
+    """utime + stime of a process (all its threads), seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def proc_rss_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, RssAnon) in MiB: resident in total (with the mapped store pages) and the process's own memory."""
+    values = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "RssAnon"):
+                values[key] = int(rest.split()[0]) / 1024
+    return values.get("VmRSS", 0.0), values.get("RssAnon", 0.0)
+
+
+# ---- the servers ----------------------------------------------------------------------------------------------------
+
+
+class PyrmqServer:
+    """`pyrmq namesrv` + `pyrmq broker` subprocesses on a fresh store; ``pid`` is the broker's."""
+
+    name = "pyrmq"
+
+    def __init__(self, work: Path) -> None:
+        self.store = work / "pyrmq-store"
+        self.log = open(work / "pyrmq.log", "ab")
+        env = dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1")
+        self.procs: list[subprocess.Popen] = []
+        self.namesrv_addr = self._start(["namesrv", "--listen", "127.0.0.1:0"], env)
+        self.broker_addr = self._start(["broker", "-c", "broker", "--namesrv", self.namesrv_addr, "--listen",
+                                        f"127.0.0.1:{free_port()}", "--store-dir", str(self.store)], env)
+        self.pid = self.procs[-1].pid
+
+    def _start(self, args: list[str], env: dict[str, str]) -> str:
+        proc = subprocess.Popen([sys.executable, "-m", "pyrmq", *args], stdout=subprocess.PIPE, stderr=self.log,
+                                env=env, cwd=str(ROOT))
+        self.procs.append(proc)
+        line = proc.stdout.readline().decode()  # the ready line: "pyrmq <role>: <role> on <addr>, ... (started ...)"
+        if " on " not in line:
+            self.stop()
+            raise SystemExit(f"pyrmq {args[0]} did not start: {line!r}; see {self.log.name}")
+        return line.split(" on ", 1)[1].split(",")[0].split(" ")[0].strip()
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(30)
+        self.log.close()
+        shutil.rmtree(self.store, ignore_errors=True)
+
+
+class JavaServer:
+    """The Apache RocketMQ 4.9.7 name server + broker on a fresh store; ``pid`` is the broker JVM's."""
+
+    name = "java"
+
+    def __init__(self, work: Path) -> None:
+        self.store = work / "java-store"
+        self.rmq = JavaRocketMQ(work / "java-home", self.store, broker_heap="1g").start()
+        self.namesrv_addr, self.broker_addr = self.rmq.namesrv_addr, self.rmq.broker_addr
+        self.pid = self.rmq.broker.pid
+
+    def stop(self) -> None:
+        self.rmq.stop()
+        shutil.rmtree(self.store, ignore_errors=True)
+
+
+class RedisServer:
+    """``redis-server`` 7 on a free loopback port, AOF with appendfsync everysec, its own dir; stopped by pid."""
+
+    name = "redis"
+
+    def __init__(self, work: Path) -> None:
+        self.dir = work / "redis"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+             "--appendonly", "yes", "--appendfsync", "everysec", "--save", "", "--daemonize", "no",
+             "--logfile", str(self.dir / "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        )
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise SystemExit(f"redis-server did not start; see {self.dir / 'redis.log'}") from None
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(30)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---- part 1: the Java load generator against either broker ----------------------------------------------------------
+
+
+def java_load(classes: Path, server, work: Path, *args: object, limit: float = 3600) -> dict:
+    """Run PeersLoad; the server's CPU is sampled at its ``start`` line and at its result line."""
+    argv = java_command("client", "PeersLoad", *map(str, args), extra_classpath=[classes], heap="1g",
+                        props={"user.home": str(work / "java-client")})
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    killer = threading.Timer(limit, proc.kill)
+    killer.start()
+    cpu0 = proc_cpu(server.pid)
+    result = None
+    try:
+        for line in proc.stdout:
+            if not line.startswith("{"):
+                continue
+            data = json.loads(line)
+            if data.get("phase") == "start":
+                cpu0 = proc_cpu(server.pid)
+            elif "mode" in data:
+                result = data
+                result["cpu"] = proc_cpu(server.pid) - cpu0
+                result["rss"], result["anon"] = proc_rss_mib(server.pid)
+        code = proc.wait()
+    finally:
+        killer.cancel()
+    if code != 0 or result is None:
+        raise SystemExit(f"PeersLoad {args[0]} against {server.name} failed ({code}):\n{proc.stderr.read()[-3000:]}")
+    return result
+
+
+def part1(server, classes: Path, work: Path, sizes: dict[str, int]) -> dict[str, dict]:
+    java_load(classes, server, work, "topics", server.namesrv_addr, server.broker_addr, 8, "PeersSend", "PeersStore")
+    out = {}
+    for workload, args in (
+        ("sync", ("sync", server.namesrv_addr, "PeersSend", sizes["sync"])),
+        ("async64", ("async", server.namesrv_addr, "PeersSend", sizes["async"], 64)),
+        ("batch100", ("batch", server.namesrv_addr, "PeersStore", sizes["count"], 100)),
+        ("consume", ("consume", server.namesrv_addr, "peers_consumer", "PeersStore", sizes["count"])),
+    ):
+        r = java_load(classes, server, work, *args)
+        out[workload] = {"rate": r["count"] / r["seconds"], "cpu": r["cpu"], "rss": r["rss"], "anon": r["anon"],
+                         "errors": r["errors"]}
+        progress(f"  {server.name:5s} {workload:9s} {r['count']:>9,} msgs  {out[workload]['rate']:>10,.0f} msgs/s  "
+                 f"cpu {r['cpu']:6.1f} s  rss {r['rss']:6.0f} MiB (anon {r['anon']:.0f})" + (f"  {r['errors']} FAILED" if r["errors"] else ""))
+    return out
+
+
+# ---- part 2: pyrmq's Python client against pyrmq, redis-py against Redis Streams -------------------------------
+
+
+class Timed:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __enter__(self) -> Timed:
+        self.cpu0, self.t0 = proc_cpu(self.pid), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.seconds = time.perf_counter() - self.t0
+        self.cpu = proc_cpu(self.pid) - self.cpu0
+        self.rss, self.anon = proc_rss_mib(self.pid)
+
+    def row(self, n: int) -> dict:
+        return {"rate": n / self.seconds, "cpu": self.cpu, "rss": self.rss, "anon": self.anon}
+
+
+def part2_pyrmq(server: PyrmqServer, sizes: dict[str, int]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    n_sync, n = sizes["py_sync"], sizes["py_count"]
+
+    async def main() -> None:
+        async with Admin(server.namesrv_addr) as admin:
+            for topic in ("PySend", "PyStore"):
+                await admin.create_topic(topic, 8, broker_addr=server.broker_addr)
+        async with Producer(server.namesrv_addr, "peers_py_producer") as producer:
+            for _ in range(200):  # warm-up: routes, connections
+                await producer.send(Message("PySend", BODY))
+            with Timed(server.pid) as t:
+                for _ in range(n_sync):
+                    await producer.send(Message("PySend", BODY))
+            out["py_sync"] = t.row(n_sync)
+            with Timed(server.pid) as t:
+                for start in range(0, n, 100):
+                    await producer.send_batch([Message("PyStore", BODY) for _ in range(min(100, n - start))])
+            out["py_batch100"] = t.row(n)
+
+        count = [0]
+        finished = trio.Event()
+
+        async def on_message(msg) -> None:
+            count[0] += 1
+            if count[0] >= n:
+                finished.set()
+
+        with Timed(server.pid) as t:
+            async with PushConsumer(server.namesrv_addr, "peers_py_listener", subscribe={"PyStore": "*"},
+                                    listener=on_message, consume_from="first"):
+                with trio.fail_after(1800):
+                    await finished.wait()
+        out["py_consume_listener"] = t.row(n)
+
+        with Timed(server.pid) as t:
+            async with PushConsumer(server.namesrv_addr, "peers_py_iter", subscribe={"PyStore": "*"},
+                                    consume_from="first") as consumer:
+                got = 0
+                with trio.fail_after(1800):
+                    async for _msg in consumer:
+                        got += 1
+                        if got >= n:
+                            break
+        out["py_consume_iter"] = t.row(n)
+
+    trio.run(main)
+    return out
+
+
+def part2_redis(server: RedisServer, sizes: dict[str, int]) -> dict[str, dict]:
+    import redis
+
+    out: dict[str, dict] = {}
+    n_sync, n = sizes["py_sync"], sizes["py_count"]
+    r = redis.Redis(host="127.0.0.1", port=server.port)
+    for _ in range(200):
+        r.xadd("warm", {"body": BODY})
+    with Timed(server.pid) as t:
+        for _ in range(n_sync):
+            r.xadd("send", {"body": BODY})
+    out["py_sync"] = t.row(n_sync)
+    with Timed(server.pid) as t:
+        for start in range(0, n, 100):
+            pipe = r.pipeline(transaction=False)
+            for _ in range(min(100, n - start)):
+                pipe.xadd("store", {"body": BODY})
+            pipe.execute()
+    out["py_batch100"] = t.row(n)
+    with Timed(server.pid) as t:
+        last, got = "0-0", 0
+        while got < n:
+            reply = r.xread({"store": last}, count=1000, block=5000)
+            if not reply:
+                raise SystemExit(f"XREAD found nothing after {got} of {n} entries")
+            entries = reply[0][1]
+            got += len(entries)
+            last = entries[-1][0]
+    out["py_consume"] = t.row(n)
+    r.close()
+    return out
+
+
+# ---- driver ---------------------------------------------------------------------------------------------------------
+
+
+def check_setup() -> None:
+    missing = []
+    if shutil.which("redis-server") is None:
+        missing.append("redis-server: apt-get install redis-server")
+    try:
+        import hiredis  # noqa: F401
+        import redis  # noqa: F401
+    except ImportError:
+        missing.append(f"redis-py + hiredis: {sys.executable} -m pip install redis hiredis")
+    if missing:
+        raise SystemExit("bench/peers.py needs " + "; ".join(missing))
+
+
+def median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def table(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> str:
+    rows = [
+        ("Java client: sync send, 1 in flight", "pyrmq", "java", "sync", "sync", f"{sizes['sync']:,}"),
+        ("Java client: async send, 64 in flight", "pyrmq", "java", "async64", "async64", f"{sizes['async']:,}"),
+        ("Java client: batches of 100", "pyrmq", "java", "batch100", "batch100", f"{sizes['count']:,}"),
+        ("Java client: push consume stored", "pyrmq", "java", "consume", "consume", f"{sizes['count']:,}"),
+        ("Python: sync send, 1 in flight", "pyrmq_py", "redis", "py_sync", "py_sync", f"{sizes['py_sync']:,}"),
+        ("Python: batches of 100 (pipelined XADD)", "pyrmq_py", "redis", "py_batch100", "py_batch100",
+         f"{sizes['py_count']:,}"),
+        ("Python: consume stored, listener (XREAD 1000)", "pyrmq_py", "redis", "py_consume_listener", "py_consume",
+         f"{sizes['py_count']:,}"),
+        ("Python: consume stored, async for (XREAD 1000)", "pyrmq_py", "redis", "py_consume_iter", "py_consume",
+         f"{sizes['py_count']:,}"),
+    ]
+    peer_name = {"java": "RocketMQ 4.9.7", "redis": "Redis 7 Streams"}
+    lines = [
+        "| workload (1 KiB bodies) | msgs | peer | pyrmq msgs/s | peer msgs/s | pyrmq / peer | pyrmq CPU s | peer CPU s "
+        "| pyrmq RSS MiB (anon) | peer RSS MiB (anon) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, ours, peer, our_key, peer_key, msgs in rows:
+        a = results.get(ours, {}).get(our_key)
+        b = results.get(peer, {}).get(peer_key)
+        if not a or not b:
+            continue
+        ra, rb = median(a, "rate"), median(b, "rate")
+        lines.append(
+            f"| {label} | {msgs} | {peer_name[peer]} | {ra:,.0f} | {rb:,.0f} | {ra / rb:.2f}x | {median(a, 'cpu'):.1f} "
+            f"| {median(b, 'cpu'):.1f} | {median(a, 'rss'):.0f} ({median(a, 'anon'):.0f}) "
+            f"| {median(b, 'rss'):.0f} ({median(b, 'anon'):.0f}) |"
+        )
+    failed = [f"{system} {workload}: {sum(r.get('errors', 0) for r in runs)}"
+              for system, by_workload in results.items() for workload, runs in by_workload.items()
+              if any(r.get("errors") for r in runs)]
+    if failed:
+        lines.append("")
+        lines.append("sends that failed (counted in the rates): " + ", ".join(failed))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--count", type=int, default=1_000_000,
+                    help="messages stored by the batch workload and push-consumed (default 1,000,000)")
+    ap.add_argument("--sync-count", type=int, default=None, help="sync sends (default count/50, at least 2,000)")
+    ap.add_argument("--async-count", type=int, default=None, help="async sends (default count/10, at least 10,000)")
+    ap.add_argument("--py-count", type=int, default=200_000, help="Python part: messages stored and consumed")
+    ap.add_argument("--py-sync-count", type=int, default=20_000, help="Python part: sync sends")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per system; the table shows medians")
+    ap.add_argument("--skip", default="", help="comma list of parts to leave out: java,python")
+    args = ap.parse_args()
+    skip = {s for s in args.skip.split(",") if s}
+    sizes = {
+        "count": args.count,
+        "sync": args.sync_count or max(2_000, args.count // 50),
+        "async": args.async_count or max(10_000, args.count // 10),
+        "py_count": args.py_count,
+        "py_sync": args.py_sync_count,
+    }
+    if "python" not in skip:
+        check_setup()
+    classes = None
+    try:
+        if "java" not in skip:
+            classes = compile_sources(ROOT / "bench" / "java", "client")
+            classpath("server")
+    except JavaPeerError as exc:
+        raise SystemExit(str(exc)) from None
+
+    results: dict[str, dict[str, list[dict]]] = {}
+
+    def keep(system: str, figures: dict[str, dict]) -> None:
+        for workload, row in figures.items():
+            results.setdefault(system, {}).setdefault(workload, []).append(row)
+
+    progress(f"sizes {sizes}, {args.repeat} run(s) each, {os.cpu_count()} CPUs")
+    for run in range(args.repeat):
+        with tempfile.TemporaryDirectory(prefix="pyrmq-peers-") as tmp:
+            work = Path(tmp)
+            if "java" not in skip:
+                order = (PyrmqServer, JavaServer) if run % 2 == 0 else (JavaServer, PyrmqServer)
+                for cls in order:
+                    progress(f"run {run + 1}/{args.repeat}: {cls.name} broker, Java client load")
+                    server = cls(work)
+                    try:
+                        keep(cls.name, part1(server, classes, work, sizes))
+                    finally:
+                        server.stop()
+            if "python" not in skip:
+                for name in (("pyrmq_py", "redis") if run % 2 == 0 else ("redis", "pyrmq_py")):
+                    progress(f"run {run + 1}/{args.repeat}: {'pyrmq, Python client' if name == 'pyrmq_py' else 'Redis, redis-py'}")
+                    if name == "redis":
+                        server = RedisServer(work)
+                        try:
+                            figures = part2_redis(server, sizes)
+                        finally:
+                            server.stop()
+                    else:
+                        server = PyrmqServer(work)
+                        try:
+                            figures = part2_pyrmq(server, sizes)
+                        finally:
+                            server.stop()
+                    for workload, row in figures.items():
+                        progress(f"  {name:8s} {workload:20s} {row['rate']:>10,.0f} msgs/s  cpu {row['cpu']:6.1f} s  "
+                                 f"rss {row['rss']:6.0f} MiB (anon {row['anon']:.0f})")
+                    keep(name, figures)
+    print(table(results, sizes))
+
+
+if __name__ == "__main__":
+    main()
