@@ -1,6 +1,7 @@
 """Store benchmark: append (single and 32 per call) and read back through the consume queue.
 
-Prints msgs/s and MB/s next to a raw Python mmap append of the same record bytes measured in the same run, and
+Prints msgs/s, MB/s and msgs per CPU-second (process CPU time, worker threads included: the steadier figure on a
+busy shared machine) next to a raw Python mmap append of the same record bytes measured in the same run, and
 resident memory from /proc/self/status. Never asserted anywhere.
 
     python bench/store_bench.py [--count N] [--sizes 100,1024]
