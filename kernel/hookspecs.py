@@ -123,12 +123,18 @@ def pyrmq_register_processors(kernel: Kernel, role: str) -> Mapping[int, Process
 
 @hookspec
 def pyrmq_register_store_dispatchers(kernel: Kernel) -> Sequence[StoreDispatcher] | None:
-    """Return store dispatchers: callables that see every record appended to the commit log.
+    """Return this plugin's store dispatchers: objects with ``name``, ``order`` and ``dispatch(request)`` that see
+    every record appended to the commit log.
 
-    Called once by the kernel's service at role start, before the store starts; the answers of all plugins are
-    concatenated and sorted by ``dispatcher.order`` (then name) into ``kernel.store_dispatchers``, the ordered list
-    the store calls directly for each appended record. The consume-queue builder (order 0) and the index builder
-    (order 10) come from the broker core; the pull plugin adds the long-polling wake-up.
+    Called once by the kernel's service at role start (``kernel.collect()``, after ``pyrmq_configure``); the answers
+    of all plugins are concatenated and sorted by ``dispatcher.order`` (then name) into ``kernel.store_dispatchers``.
+    The broker core adds them to its store before the store loads. The store owns the one ordered dispatcher list:
+    its own consume-queue builder (order 0) and index builder (order 10) are in it from the start (do not return
+    them); a feature's dispatcher (the long-polling wake-up is order 20) runs after them, in ascending ``order``.
+    ``put_message`` and ``put_messages`` call ``dispatch(request)`` once per appended record, synchronously, before
+    they return (no pluggy per message, no reput loop); recovery also re-dispatches records a dispatcher lacks, with
+    ``request.recovering`` set. Keep ``dispatch`` cheap: it is on the append path. Return None when the plugin has
+    none for this role.
     """
 
 

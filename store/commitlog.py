@@ -188,7 +188,9 @@ class CommitLog:
         else:
             key = None
             queue_offset = 0  # prepared / rollback records take no queue offset
-        mf = self._segment_for(size)
+        mf = self._current
+        if mf is None or size + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+            mf = self._segment_for(size)  # roll over (the check is inlined: this runs once per message)
         mm = mf.mm
         pos = mf.wrote_position
         phys = mf.file_from_offset + pos

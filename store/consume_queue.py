@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterator
 
 from .config import CQ_STORE_UNIT_SIZE, StoreConfig
 from .dispatch import DispatchRequest
-from .format import CQ_BLANK_UNIT, CQ_UNIT, TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
+from .format import (
+    CQ_BLANK_UNIT,
+    CQ_UNIT,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 
@@ -334,8 +340,14 @@ class ConsumeQueueStore:
             shutil.rmtree(tdir, ignore_errors=True)
 
 
+#: transaction types whose records stay in the commit log only: prepared and rolled-back records get no consume-queue
+#: unit, so no consumer sees them (spec 6.3); plain and committed records get one
+NO_QUEUE_UNIT = frozenset({TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE})
+
+
 class ConsumeQueueDispatcher:
-    """Builds the consume queues: a :class:`~pyrmq.store.dispatch.Dispatcher` with order 0."""
+    """Builds the consume queues: a :class:`~pyrmq.store.dispatch.Dispatcher` with order 0, and the one place that
+    decides which records get a consume-queue unit (:data:`NO_QUEUE_UNIT`)."""
 
     name = "consume_queue"
     order = 0
@@ -345,21 +357,15 @@ class ConsumeQueueDispatcher:
         self._table = queues.table
 
     def dispatch(self, request: DispatchRequest) -> None:
-        tran = request.sys_flag & TRANSACTION_TYPE_MASK
-        if tran and tran != TRANSACTION_COMMIT_TYPE:
-            return  # prepared / rollback records never reach a consume queue (spec 6.3)
-        key = (request.topic, request.queue_id)
-        cq = self._table.get(key) or self.queues.find_or_create(request.topic, request.queue_id)
+        if request.sys_flag & TRANSACTION_TYPE_MASK in NO_QUEUE_UNIT:
+            return
+        cq = self._table.get((request.topic, request.queue_id)) or self.queues.find_or_create(
+            request.topic, request.queue_id
+        )
         cq.put_unit(request.commit_log_offset, request.msg_size, request.tags_code, request.queue_offset)
 
-    def put(self, topic: str, queue_id: int, offset: int, size: int, tags_code: int, queue_offset: int) -> None:
-        """Fast path used by the store's own append (same effect as :meth:`dispatch`)."""
-        cq = self._table.get((topic, queue_id)) or self.queues.find_or_create(topic, queue_id)
-        cq.put_unit(offset, size, tags_code, queue_offset)
-
     def has_dispatched(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, sys_flag: int) -> bool:
-        tran = sys_flag & TRANSACTION_TYPE_MASK
-        if tran and tran != TRANSACTION_COMMIT_TYPE:
+        if sys_flag & TRANSACTION_TYPE_MASK in NO_QUEUE_UNIT:
             return True
         cq = self._table.get((topic, queue_id))
         return cq is not None and queue_offset < cq.max_offset

@@ -1,21 +1,29 @@
 """Dispatch: what the store tells its dispatchers about each appended record (Java ``DispatchRequest`` /
-``CommitLogDispatcher``).
+``CommitLogDispatcher``), and the one ordered list of dispatchers a store calls.
 
-The consume queue and the index are dispatchers themselves (:class:`~pyrmq.store.consume_queue.ConsumeQueueDispatcher`,
-:class:`~pyrmq.store.index_file.IndexDispatcher`); a feature adds its own (a long-polling notifier, a delay schedule,
-a filter bitmap) through the kernel's ``pyrmq_register_store_dispatchers`` hook or :meth:`MessageStore.add_dispatcher`.
+How dispatch works: ``put_message`` / ``put_messages`` append to the commit log and then, in the same synchronous
+call, hand each appended record to every dispatcher in ascending ``order``: the store's own consume-queue builder
+(order 0) and index builder (order 10) first, then whatever a feature added (the broker's long-polling wake-up,
+order 20, comes through the kernel's ``pyrmq_register_store_dispatchers`` hook). There is no background reput loop
+tailing the commit log as in Java: one writer appends on the event loop, so dispatching right away costs nothing
+extra and a record is readable through its consume queue the moment ``put_message`` returns (Java's reput thread
+exists because its appends come from many threads; its lag is what ``pull`` then has to wait for).
 
-The store calls every dispatcher in ascending ``order`` right after the append, synchronously, so a record is
-readable through its consume queue as soon as ``put_message`` returns. On start-up, recovery re-dispatches what the
-persisted state lacks: a dispatcher that implements ``has_dispatched`` is asked per record; one that does not gets
-every record its consume queue lacked (the Java reput range).
+The commit log is walked only when records reached it some other way: at start-up, recovery re-dispatches what the
+persisted consume queues and index lack (:mod:`pyrmq.store.reput`), and a slave re-dispatches raw bytes replicated
+from its master (:meth:`~pyrmq.store.message_store.MessageStore.append_raw`).
 """
 
 from __future__ import annotations
 
+import bisect
+import logging
+from collections.abc import Callable, Iterator
 from typing import Protocol, runtime_checkable
 
 import attrs
+
+log = logging.getLogger(__name__)
 
 
 @attrs.define(slots=True)
@@ -50,9 +58,62 @@ class Dispatcher(Protocol):
 
 
 class RecoverableDispatcher(Dispatcher, Protocol):
-    def has_dispatched(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int) -> bool:
+    def has_dispatched(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, sys_flag: int) -> bool:
         """Cheap check used by recovery, from header fields only."""
         ...
+
+
+class Dispatchers:
+    """The store's dispatchers, in ascending ``order`` (ties keep the order they were added in).
+
+    Starts with the store's own consume-queue dispatcher (and the index dispatcher when the index is enabled);
+    :meth:`add` appends a feature's. The store's write path iterates :attr:`calls`, the collected ``dispatch``
+    methods, and calls them directly, one after the other, for each appended record. A failing consume-queue
+    dispatcher fails the put (the record would be unreadable); any other dispatcher's failure is logged
+    (:meth:`failed`) and the next one still runs.
+    """
+
+    def __init__(self, queue: Dispatcher, *others: Dispatcher) -> None:
+        #: the consume-queue dispatcher (the one whose failure is the caller's failure)
+        self.queue = queue
+        self._list: list[Dispatcher] = []
+        #: bound ``dispatch`` methods in the same order as the dispatchers: what the hot path iterates
+        self.calls: tuple[Callable[[DispatchRequest], None], ...] = ()
+        for d in (queue, *others):
+            self.add(d)
+
+    def add(self, dispatcher: Dispatcher) -> None:
+        """Add a dispatcher: it sees every record appended (and, at recovery, re-dispatched) from now on."""
+        if not isinstance(getattr(dispatcher, "name", None), str) or not isinstance(getattr(dispatcher, "order", None), int):
+            raise TypeError(f"a store dispatcher needs a str name and an int order: {dispatcher!r}")
+        if not callable(getattr(dispatcher, "dispatch", None)):
+            raise TypeError(f"store dispatcher {dispatcher.name!r} has no dispatch(request) method")
+        if any(d is dispatcher for d in self._list):
+            raise ValueError(f"store dispatcher {dispatcher.name!r} is already added")
+        at = bisect.bisect_right([d.order for d in self._list], dispatcher.order)
+        self._list.insert(at, dispatcher)
+        self.calls = tuple(d.dispatch for d in self._list)
+
+    def failed(self, call: Callable[[DispatchRequest], None], request: DispatchRequest) -> bool:
+        """Called from the ``except`` block of a failed ``call``: True for the consume-queue dispatcher (the caller
+        re-raises), otherwise logs the error and returns False."""
+        dispatcher = self._list[self.calls.index(call)]
+        if dispatcher is self.queue:
+            return True
+        log.exception("dispatcher %s failed on the record at %d", dispatcher.name, request.commit_log_offset)
+        return False
+
+    def __iter__(self) -> Iterator[Dispatcher]:
+        return iter(list(self._list))
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+    def __contains__(self, dispatcher: object) -> bool:
+        return any(d is dispatcher for d in self._list)
+
+    def __repr__(self) -> str:
+        return "Dispatchers(" + ", ".join(f"{d.name}:{d.order}" for d in self._list) + ")"
 
 
 @runtime_checkable

@@ -1,4 +1,4 @@
-"""MessageStore: the facade the broker uses (Java ``DefaultMessageStore``).
+"""MessageStore: the facade the broker uses (Java ``DefaultMessageStore``), and the store's life cycle.
 
 Life cycle::
 
@@ -12,8 +12,9 @@ Life cycle::
         nursery.cancel_scope.cancel()
     store.close()                     # final flush, checkpoint, abort file removed
 
-``put_message_async`` appends and, under SYNC_FLUSH (and unless the message says ``WAIT=false``), waits for the
-group commit, mapping a timeout to FLUSH_DISK_TIMEOUT.
+The store's jobs live in their own modules and are mixed into this one class, so callers keep one object:
+writes (:mod:`~pyrmq.store.writes`: append + dispatch, flush waits), reads (:mod:`~pyrmq.store.reads`), HA raw
+append (:mod:`~pyrmq.store.replica`) and the dispatcher list (:mod:`~pyrmq.store.dispatch`).
 """
 
 from __future__ import annotations
@@ -27,61 +28,30 @@ from collections.abc import Callable, Sequence
 import trio
 
 from .checkpoint import AbortFile, StoreCheckpoint
-from .commitlog import AppendRejected, CommitLog
+from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
-from .consume_queue import BLANK_SIZE, ConsumeQueueDispatcher, ConsumeQueueStore
-from .dispatch import Dispatcher, DispatchRequest, MessageFilter
+from .consume_queue import ConsumeQueueDispatcher, ConsumeQueueStore
+from .dispatch import Dispatcher, Dispatchers
 from .errors import StoreError, StoreLockedError
 from .flush import FlushPolicy, default_flush_policy
-from .format import (
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_TYPE_MASK,
-    MessageRecord,
-    StoredMessage,
-    decode_message,
-    java_string_hash,
-)
 from .index_file import IndexDispatcher, IndexService
+from .reads import MAX_QUERY_NUM, StoreReads
 from .recovery import RecoveryReport, recover_commit_log
+from .replica import StoreReplication
 from .reput import TagsCodeResolver, dispatch_range
-from .results import (
-    AppendMessageResult,
-    GetMessageResult,
-    GetMessageStatus,
-    PutMessageResult,
-    PutMessageStatus,
-    QueryMessageResult,
-)
 from .retention import DiskUsage, RetentionService
+from .writes import StoreWrites
+
+__all__ = ["MAX_QUERY_NUM", "WARM_AHEAD", "MessageStore", "now_ms"]
 
 log = logging.getLogger(__name__)
 
-#: Java caps QUERY_MESSAGE at ``maxMsgsNumBatch`` = 64
-MAX_QUERY_NUM = 64
 #: how far ahead of the commit-log writer the warm-up service pre-faults
 WARM_AHEAD = 64 * 1024 * 1024
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-class _CallableFilter:
-    """Adapts ``f(tags_code, record) -> bool`` to the two-step :class:`MessageFilter`."""
-
-    def __init__(self, f: Callable[[int, memoryview], bool]) -> None:
-        self.f = f
-        self._tags = 0
-
-    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
-        self._tags = tags_code
-        return True
-
-    def is_matched_by_commit_log(self, record: memoryview) -> bool:
-        return bool(self.f(self._tags, record))
 
 
 class _CommitLogFlushTarget:
@@ -112,7 +82,7 @@ class _CommitLogFlushTarget:
         return flushed
 
 
-class MessageStore:
+class MessageStore(StoreWrites, StoreReads, StoreReplication):
     def __init__(
         self,
         config: StoreConfig,
@@ -143,43 +113,22 @@ class MessageStore:
         self._flush_target: _CommitLogFlushTarget | None = None
         self._loaded = False
         self._closed = False
-        # the built-in dispatchers; an instance passed in (e.g. from the kernel hook) replaces the built-in one
+        self._replica_dispatched: int | None = None
+        # the one ordered dispatcher list: the store's own consume-queue and index dispatchers from the start,
+        # a feature's (e.g. the broker's long-polling wake-up, via the kernel hook) added with add_dispatcher
         self.queue_dispatcher = ConsumeQueueDispatcher(self.consume_queues)
         self.index_dispatcher = IndexDispatcher(self.index)
-        self.dispatchers: list[Dispatcher] = []
-        builtins: list[Dispatcher] = [self.queue_dispatcher]
-        if config.message_index_enable:
-            builtins.append(self.index_dispatcher)
-        extra = []
+        builtin: list[Dispatcher] = [self.index_dispatcher] if config.message_index_enable else []
+        self.dispatchers = Dispatchers(self.queue_dispatcher, *builtin)
         for d in dispatchers:
-            if isinstance(d, ConsumeQueueDispatcher):
-                d.queues, d._table = self.consume_queues, self.consume_queues.table
-                builtins[0] = self.queue_dispatcher = d
-            elif isinstance(d, IndexDispatcher):
-                d.service = self.index
-                self.index_dispatcher = d
-                builtins = [b for b in builtins if not isinstance(b, IndexDispatcher)] + [d]
-            else:
-                extra.append(d)
-        for d in builtins + extra:
             self.add_dispatcher(d)
 
-    # -- dispatchers -------------------------------------------------------------------------------------------
     def add_dispatcher(self, dispatcher: Dispatcher) -> None:
-        """Register a dispatcher; it sees every record appended from now on, in ascending ``order``."""
-        self.dispatchers.append(dispatcher)
-        self.dispatchers.sort(key=lambda d: d.order)
-        self._fast_dispatch = all(
-            d is self.queue_dispatcher or d is self.index_dispatcher for d in self.dispatchers
-        ) and type(self.queue_dispatcher) is ConsumeQueueDispatcher
-        self._index_on = any(d is self.index_dispatcher for d in self.dispatchers)
-
-    def remove_dispatcher(self, dispatcher: Dispatcher) -> None:
-        self.dispatchers.remove(dispatcher)
-        self._fast_dispatch = all(
-            d is self.queue_dispatcher or d is self.index_dispatcher for d in self.dispatchers
-        )
-        self._index_on = any(d is self.index_dispatcher for d in self.dispatchers)
+        """Add a feature's dispatcher before :meth:`load`: it sees every record appended (and every record recovery
+        re-dispatches) from then on, in ascending ``order`` after the store's own (consume queue 0, index 10)."""
+        if self._loaded:
+            raise StoreError(f"dispatcher {dispatcher.name!r} added after the store was loaded: it would miss records")
+        self.dispatchers.add(dispatcher)
 
     # -- life cycle --------------------------------------------------------------------------------------------
     def load(self) -> RecoveryReport:
@@ -208,20 +157,20 @@ class MessageStore:
             cq.correct_min_offset(min_phy)
         self.index.truncate(max_phy)
         self.index_dispatcher.sync_with_service()
-        table = self.commit_log.topic_queue_table
-        for key, cq in self.consume_queues.table.items():
-            table[key] = cq.max_offset
         if cfg.verify_dispatch_on_load:
             start = min_phy
         else:
             start = min(report.scan_start, max(self.consume_queues.max_physic_offset(), min_phy))
-            if self._index_on:
+            if self.index_dispatcher in self.dispatchers:
                 start = min(start, max(self.index.end_phy_offset, min_phy))
-        n = dispatch_range(
-            self.commit_log, self.dispatchers, start, only_missing=True, resolver=self.tags_code_resolver,
-            recovering=True, queue_dispatcher=self.queue_dispatcher,
+        n, _walked, _end = dispatch_range(
+            self.commit_log, self.dispatchers, start, resolver=self.tags_code_resolver, recovering=True
         )
         self.index_dispatcher.drain()
+        # the next queue offset of every queue is what its consume queue holds (re-dispatched records included)
+        table = self.commit_log.topic_queue_table
+        for key, cq in self.consume_queues.table.items():
+            table[key] = cq.max_offset
         if n:
             log.info("recovery re-dispatched %d records from offset %d", n, start)
         self.recovery_report = report
@@ -351,364 +300,7 @@ class MessageStore:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- writes ------------------------------------------------------------------------------------------------
-    def _set_disk_full(self, reason: str | None) -> None:
-        if reason != self._disk_full:
-            if reason:
-                log.error("refusing writes: %s", reason)
-            elif self._disk_full:
-                log.info("disk usage back under the limit: accepting writes again")
-        self._disk_full = reason
-
-    @property
-    def is_writable(self) -> bool:
-        return self._unavailable is None and self._disk_full is None
-
-    def _refused(self) -> PutMessageResult:
-        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, self._unavailable or self._disk_full or "")
-
-    def _tags_code(self, tags: str) -> int:
-        code = self._tags_codes.get(tags)
-        if code is None:
-            if len(self._tags_codes) > 65536:
-                self._tags_codes.clear()
-            code = self._tags_codes[tags] = java_string_hash(tags)
-        return code
-
-    def put_message(self, record: MessageRecord) -> PutMessageResult:
-        """Append one message and dispatch it (synchronous, no await). Under SYNC_FLUSH follow with
-        :meth:`wait_flushed` (or use :meth:`put_message_async`)."""
-        if self._unavailable is not None or self._disk_full is not None:
-            return self._refused()
-        try:
-            res, sys_flag, props = self.commit_log.append(record)
-        except AppendRejected as exc:
-            return exc.result()
-        except OSError as exc:
-            log.exception("append failed")
-            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        properties = record.properties
-        tags_code = record.tags_code
-        if tags_code is None:
-            tags = properties.get(PROPERTY_TAGS)
-            tags_code = self._tags_codes.get(tags) or self._tags_code(tags) if tags else 0
-        if self._fast_dispatch:
-            tran = sys_flag & TRANSACTION_TYPE_MASK
-            if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
-                self.queue_dispatcher.put(
-                    record.topic, record.queue_id, res.wrote_offset, res.wrote_bytes, tags_code, res.queue_offset
-                )
-            if self._index_on:
-                keys = properties.get(PROPERTY_KEYS)
-                uniq = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-                if keys or uniq:
-                    self.index_dispatcher.index(record.topic, keys, uniq, res.wrote_offset, res.store_timestamp, sys_flag)
-        else:
-            self._dispatch(
-                DispatchRequest(
-                    record.topic, record.queue_id, res.wrote_offset, res.wrote_bytes, tags_code, res.store_timestamp,
-                    res.queue_offset, properties.get(PROPERTY_KEYS),
-                    properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
-                    record.prepared_transaction_offset, properties,
-                )
-            )
-        return PutMessageResult(PutMessageStatus.PUT_OK, res)
-
-    def _dispatch(self, request: DispatchRequest) -> None:
-        for d in self.dispatchers:
-            try:
-                d.dispatch(request)
-            except Exception:
-                if d is self.queue_dispatcher:
-                    raise
-                log.exception("dispatcher %s failed on the record at %d", d.name, request.commit_log_offset)
-
-    def put_messages(self, records: Sequence[MessageRecord]) -> PutMessageResult:
-        """Append a batch of one topic-queue: consecutive queue offsets, one segment, one call (spec 5.8)."""
-        if self._unavailable is not None or self._disk_full is not None:
-            return self._refused()
-        if not records:
-            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
-        try:
-            res, written, sys_flag = self.commit_log.append_batch(records)
-        except AppendRejected as exc:
-            return exc.result()
-        except OSError as exc:
-            log.exception("batch append failed")
-            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        topic = records[0].topic
-        queue_id = records[0].queue_id
-        now = res.store_timestamp
-        fast = self._fast_dispatch
-        index_on = self._index_on
-        tags_codes = self._tags_codes
-        put = self.queue_dispatcher.put
-        index = self.index_dispatcher.index
-        for rec, (offset, size, queue_offset, _props) in zip(records, written):
-            properties = rec.properties
-            tags_code = rec.tags_code
-            if tags_code is None:
-                tags = properties.get(PROPERTY_TAGS)
-                tags_code = tags_codes.get(tags) or self._tags_code(tags) if tags else 0
-            if fast:
-                put(topic, queue_id, offset, size, tags_code, queue_offset)
-                if index_on:
-                    keys = properties.get(PROPERTY_KEYS)
-                    uniq = properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
-                    if keys or uniq:
-                        index(topic, keys, uniq, offset, now, sys_flag)
-            else:
-                self._dispatch(
-                    DispatchRequest(
-                        topic, queue_id, offset, size, tags_code, now, queue_offset, properties.get(PROPERTY_KEYS),
-                        properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag, 0, properties,
-                    )
-                )
-        return PutMessageResult(PutMessageStatus.PUT_OK, res)
-
-    async def wait_flushed(self, end_offset: int, timeout: float | None = None) -> bool:
-        """Wait until the commit log is durable up to ``end_offset`` (group commit); False after the timeout
-        (``sync_flush_timeout``, 5 s by default)."""
-        return await self.flush_policy.wait_flushed(
-            self._flush_target, end_offset, self._sync_timeout if timeout is None else timeout
-        )
-
-    async def _finish(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
-        if result.status is PutMessageStatus.PUT_OK and self._sync_flush and wait:
-            if not await self.wait_flushed(result.append.end_offset):
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-                result.remark = f"flush did not complete within {self._sync_timeout:g} s"
-        return result
-
-    async def put_message_async(self, record: MessageRecord) -> PutMessageResult:
-        """Append, then under SYNC_FLUSH wait for the flush unless the message carries ``WAIT=false``."""
-        return await self._finish(self.put_message(record), record.wait_store_msg_ok)
-
-    async def put_messages_async(self, records: Sequence[MessageRecord]) -> PutMessageResult:
-        wait = bool(records) and records[0].wait_store_msg_ok
-        return await self._finish(self.put_messages(records), wait)
-
-    def append_raw(self, phy_offset: int, data: bytes | memoryview) -> bool:
-        """Append raw commit-log bytes replicated from a master at ``phy_offset`` (must be the current end) and
-        dispatch the records they complete. Returns False when the offset does not match."""
-        cl = self.commit_log
-        if phy_offset != cl.max_offset or self._unavailable is not None:
-            return False
-        start = phy_offset
-        view = memoryview(data)
-        while view:
-            mf = cl.queue.last_file_for_append(cl.max_offset)
-            cl._current = mf
-            n = min(len(view), mf.remaining)
-            mf.append(view[:n])
-            view = view[n:]
-        dispatch_range(
-            cl, self.dispatchers, start, only_missing=True, resolver=self.tags_code_resolver,
-            queue_dispatcher=self.queue_dispatcher,
-        )
-        self.index_dispatcher.drain()
-        return True
-
-    # -- reads -------------------------------------------------------------------------------------------------
-    def get_message(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_msg_nums: int,
-        message_filter: MessageFilter | Callable[[int, memoryview], bool] | None = None,
-    ) -> GetMessageResult:
-        """Messages of a topic-queue from queue ``offset`` (Java ``DefaultMessageStore.getMessage``, spec 2.3, 7.5).
-
-        At most ``max_msg_nums`` and 32 messages / 256 KiB (at least one message); ``message_filter`` sees the CQ
-        tags code first and the record only when the tags code matched."""
-        cfg = self.config
-        cq = self.consume_queues.get(topic, queue_id)
-        if cq is None:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
-        min_offset = cq.min_offset
-        max_offset = cq.max_offset
-        if max_offset == 0:
-            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
-        if offset < min_offset:
-            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
-        if offset == max_offset:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-        if offset > max_offset:
-            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
-        max_units = max(cfg.max_filter_message_count, max_msg_nums * 20) // 20
-        units = cq.units_from(offset, max_units)
-        if units is None:
-            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
-        if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
-            message_filter = _CallableFilter(message_filter)
-        max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
-        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
-        buffers: list = []
-        queue_offsets: list[int] = []
-        total = 0
-        scanned = 0
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        skip_below = -1
-        files = self.commit_log.queue
-        mf = None
-        mf_start = mf_end = 0
-        for phy, size, tags_code in units:
-            if buffers and (len(buffers) >= max_count or total + size > max_bytes):
-                break
-            scanned += 1
-            if size == BLANK_SIZE or phy < skip_below:
-                continue
-            if message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
-                continue
-            if not (mf_start <= phy and phy + size <= mf_end):
-                mf = files.find(phy)
-                if mf is None or mf.closed:
-                    if not buffers:
-                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                    skip_below = phy - phy % files.file_size + files.file_size
-                    continue
-                mf_start = mf.file_from_offset
-                mf_end = mf_start + mf.wrote_position
-                if phy + size > mf_end:
-                    continue
-            pos = phy - mf_start
-            view = mf.view[pos : pos + size]
-            if message_filter is not None and not message_filter.is_matched_by_commit_log(view):
-                continue
-            buffers.append(view)
-            queue_offsets.append(offset + scanned - 1)
-            total += size
-        if buffers:
-            status = GetMessageStatus.FOUND
-        return GetMessageResult(
-            status, offset + scanned, min_offset, max_offset, buffers, queue_offsets, total,
-        )
-
-    def look_message_bytes_by_offset(self, phy_offset: int, size: int | None = None) -> memoryview | None:
-        """The raw record at commit-log ``phy_offset`` (zero-copy), None if there is none."""
-        if size is not None and size <= 0:
-            return None
-        view = self.commit_log.get_record(phy_offset, size)
-        if view is None or (size is not None and self.commit_log.record_size_at(phy_offset) != size):
-            return None
-        return view
-
-    select_one_message_by_offset = look_message_bytes_by_offset
-
-    def look_message_by_offset(self, phy_offset: int, size: int | None = None) -> StoredMessage | None:
-        """The decoded record at commit-log ``phy_offset`` (what VIEW_MESSAGE_BY_ID needs)."""
-        view = self.look_message_bytes_by_offset(phy_offset, size)
-        if view is None:
-            return None
-        return decode_message(view)[0]
-
-    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
-        """Records of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``, stored in [begin, end] ms
-        (QUERY_MESSAGE). Index candidates are checked against the record, so hash collisions are filtered out."""
-        max_num = min(max_num, MAX_QUERY_NUM)
-        self.index_dispatcher.drain()
-        result = QueryMessageResult(
-            index_last_update_timestamp=self.index.last_update_timestamp,
-            index_last_update_phyoffset=self.index.end_phy_offset,
-        )
-        if max_num <= 0:
-            return result
-        seen = set()
-        for phy in self.index.query(topic, key, max_num * 2, begin, end):
-            if phy in seen:
-                continue  # a key that is both a KEYS entry and the UNIQ_KEY is indexed twice
-            seen.add(phy)
-            view = self.commit_log.get_record(phy)
-            if view is None:
-                continue
-            msg = decode_message(view)[0]
-            if msg.topic != topic:
-                continue
-            props = msg.properties
-            keys = (props.get(PROPERTY_KEYS) or "").split(" ")
-            if key != props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) and key not in keys:
-                continue
-            result.buffers.append(view)
-            if len(result.buffers) >= max_num:
-                break
-        return result
-
-    # -- offsets and times -------------------------------------------------------------------------------------
-    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.consume_queues.get(topic, queue_id)
-        return cq.max_offset if cq is not None else 0
-
-    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
-        cq = self.consume_queues.get(topic, queue_id)
-        return cq.min_offset if cq is not None else 0
-
-    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
-        """SEARCH_OFFSET_BY_TIMESTAMP (spec 7.13); 0 for an unknown queue."""
-        cq = self.consume_queues.get(topic, queue_id)
-        if cq is None:
-            return 0
-        return cq.get_offset_by_time(timestamp, self.commit_log.store_timestamp_at)
-
-    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
-        cq = self.consume_queues.get(topic, queue_id)
-        unit = cq.get_unit(offset) if cq is not None else None
-        if unit is None or unit[1] == BLANK_SIZE:
-            return -1
-        return self.commit_log.store_timestamp_at(unit[0])
-
-    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
-        """Store time at the queue's min offset, -1 if none (GET_EARLIEST_MSG_STORETIME)."""
-        cq = self.consume_queues.get(topic, queue_id)
-        if cq is None:
-            return -1
-        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset)
-
-    def get_latest_message_time(self, topic: str, queue_id: int) -> int:
-        cq = self.consume_queues.get(topic, queue_id)
-        if cq is None or cq.max_offset == 0:
-            return -1
-        return self.get_message_store_timestamp(topic, queue_id, cq.max_offset - 1)
-
-    def get_earliest_store_time(self) -> int:
-        """Store time of the oldest record in the commit log, -1 if empty."""
-        first = self.commit_log.queue.first
-        if first is None:
-            return -1
-        return self.commit_log.store_timestamp_at(first.file_from_offset)
-
-    def get_latest_store_time(self) -> int:
-        """Store time of the newest record, -1 if empty."""
-        cur = self.commit_log._current
-        return cur.store_timestamp if cur is not None and cur.store_timestamp else -1
-
-    @property
-    def max_phy_offset(self) -> int:
-        return self.commit_log.max_offset
-
-    @property
-    def min_phy_offset(self) -> int:
-        return self.commit_log.min_offset
-
-    @property
-    def flushed_phy_offset(self) -> int:
-        return self.commit_log.queue.flushed_offset
-
-    def get_commit_log_data(self, offset: int, max_bytes: int = 32 * 1024) -> memoryview | None:
-        """Raw commit-log bytes from ``offset`` to the end of its segment's data (for HA transfer)."""
-        mf = self.commit_log.queue.find(offset)
-        if mf is None:
-            return None
-        pos = offset - mf.file_from_offset
-        end = min(mf.wrote_position, pos + max_bytes)
-        if pos >= end:
-            return None
-        return mf.view[pos:end]
-
-    def topic_queues(self) -> list[tuple[str, int]]:
-        return sorted(self.consume_queues.table)
-
+    # -- topics ------------------------------------------------------------------------------------------------
     def delete_topics(self, topics: set[str]) -> None:
         """Drop the consume queues of ``topics`` (the commit-log records stay until retention)."""
         for topic, queue_id in list(self.consume_queues.table):

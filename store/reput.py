@@ -1,26 +1,20 @@
-"""Reput: walk commit-log records and hand them to the dispatchers (Java ``ReputMessageService``).
+"""Replay: walk commit-log records and hand them to the dispatchers (what Java's ``ReputMessageService`` does for
+every append; pyrmq needs it only where records reach the commit log without ``put_message``).
 
-pyrmq dispatches appends synchronously inside ``put_message``; the walk is needed when records reach the commit
-log another way: at start-up (recovery re-dispatches what the consume queues and the index lack, which is also how
-a deleted consume-queue directory is rebuilt) and for raw appends replicated from a master (``append_raw``).
+``put_message`` dispatches synchronously in the same call (see :mod:`pyrmq.store.dispatch`), so there is no reput
+loop. The walk runs at start-up, where recovery re-dispatches what the consume queues and the index lack (which is
+also how a deleted consume-queue directory is rebuilt), and after raw appends replicated from a master
+(``append_raw``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from .commitlog import CommitLog, RecordHeader, read_record_header
-from .dispatch import Dispatcher, DispatchRequest
-from .format import (
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_TYPE_MASK,
-    decode_properties,
-    tags_hash_code,
-)
+from .commitlog import END_OF_FILE, CommitLog, RecordHeader, read_record_header
+from .dispatch import Dispatchers, DispatchRequest
+from .format import BLANK, MESSAGE_MAGIC_CODE, PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, decode_properties, tags_hash_code
 
 log = logging.getLogger(__name__)
 
@@ -53,23 +47,27 @@ def make_request(h: RecordHeader, resolver: TagsCodeResolver | None, recovering:
 
 def dispatch_range(
     commit_log: CommitLog,
-    dispatchers: Sequence[Dispatcher],
+    dispatchers: Dispatchers,
     start: int,
     *,
-    only_missing: bool,
     resolver: TagsCodeResolver | None = None,
     recovering: bool = False,
-    queue_dispatcher=None,
-) -> int:
-    """Dispatch every record from ``start`` to the end of the commit log; returns how many were dispatched.
+    partial_tail: bool = False,
+) -> tuple[int, set[tuple[str, int]], int]:
+    """Re-dispatch what the dispatchers lack, from ``start`` to the end of the commit log.
 
-    With ``only_missing`` each dispatcher that implements ``has_dispatched`` gets only what it lacks, and the others
-    get the records the consume queue (``queue_dispatcher``) lacked. Also advances the per-queue offset counter.
+    A dispatcher that implements ``has_dispatched`` gets only the records it lacks; one that does not gets the
+    records the consume queue lacked. A failing dispatcher is logged and the walk goes on. With ``partial_tail`` a
+    record whose bytes are not all there yet (a replica mid-transfer) ends the walk quietly. Returns how many
+    records were dispatched, the ``(topic, queue_id)`` of every record walked (their queue offsets may have moved),
+    and the offset where the walk stopped (just after the last complete record).
     """
-    table = commit_log.topic_queue_table
     files = commit_log.queue.files
+    queue = dispatchers.queue
+    checks = [(d, getattr(d, "has_dispatched", None)) for d in dispatchers]
     count = 0
-    start = max(start, commit_log.min_offset)
+    walked: set[tuple[str, int]] = set()
+    start = end = max(start, commit_log.min_offset)
     for mf in list(files):
         if mf.file_from_offset + mf.file_size <= start:
             continue
@@ -79,24 +77,19 @@ def dispatch_range(
             h = read_record_header(mf.mm, pos, limit, mf.file_from_offset, False)
             if not isinstance(h, RecordHeader):
                 if isinstance(h, str):
-                    log.error("reput stopped at %s@%d: %s", mf.path, pos, h)
-                    return count
+                    size, magic = BLANK.unpack_from(mf.mm, pos)
+                    if not (partial_tail and magic == MESSAGE_MAGIC_CODE and pos + size > limit):
+                        log.error("replay stopped at %s@%d: %s", mf.path, pos, h)
+                    return count, walked, end
+                if h == END_OF_FILE:
+                    end = mf.file_from_offset + mf.file_size
                 break  # BLANK or end of data: next segment
             pos += h.total_size
-            tran = h.sys_flag & TRANSACTION_TYPE_MASK
-            if tran == 0 or tran == TRANSACTION_COMMIT_TYPE:
-                key = (h.topic, h.queue_id)
-                if table.get(key, 0) <= h.queue_offset:
-                    table[key] = h.queue_offset + 1
-            if only_missing:
-                args = (h.topic, h.queue_id, h.queue_offset, h.pos, h.sys_flag)
-                queue_missing = queue_dispatcher is not None and not queue_dispatcher.has_dispatched(*args)
-                targets = [
-                    d for d in dispatchers
-                    if (not d.has_dispatched(*args) if hasattr(d, "has_dispatched") else queue_missing)
-                ]
-            else:
-                targets = list(dispatchers)
+            end = mf.file_from_offset + pos
+            walked.add((h.topic, h.queue_id))
+            args = (h.topic, h.queue_id, h.queue_offset, h.pos, h.sys_flag)
+            queue_missing = not queue.has_dispatched(*args)
+            targets = [d for d, has in checks if (not has(*args) if has is not None else queue_missing)]
             if not targets:
                 continue
             request = make_request(h, resolver, recovering)
@@ -104,6 +97,6 @@ def dispatch_range(
                 try:
                     d.dispatch(request)
                 except Exception:
-                    log.exception("dispatcher %s failed on the record at %d", getattr(d, "name", d), h.pos)
+                    log.exception("dispatcher %s failed on the record at %d", d.name, h.pos)
             count += 1
-    return count
+    return count, walked, end

@@ -5,7 +5,8 @@ finds this context under :data:`BROKER` and registers its processors through the
 
 Start-up order: ``pyrmq_configure`` (``tryfirst``, so every feature plugin's own configure finds the context
 whatever its place in the bundle) builds the context and the (unloaded) store; ``pyrmq_serve`` (``tryfirst``, so
-the store is up before other services use it) adds the collected store dispatchers, recovers the store, starts its
+the store is up before other services use it) adds the features' store dispatchers (collected from
+``pyrmq_register_store_dispatchers``) to the store's own, recovers the store, starts its
 background services, then registers with the name servers. Stop: offsets and configs persisted, store flushed and
 closed, broker unregistered.
 """
@@ -32,9 +33,7 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
 from pyrmq.store.config import StoreConfig
 from pyrmq.store.config_files import ConfigFile, config_path
-from pyrmq.store.consume_queue import ConsumeQueueDispatcher
 from pyrmq.store.errors import StoreError
-from pyrmq.store.index_file import IndexDispatcher
 from pyrmq.store.message_store import MessageStore
 
 log = logging.getLogger("pyrmq.broker")
@@ -186,24 +185,15 @@ def pyrmq_configure(kernel: Any) -> None:
         ctx.load_configs()
 
 
-@hookimpl(trylast=True)
-def pyrmq_register_store_dispatchers(kernel: Any) -> list[Any] | None:
-    ctx = kernel.state.find(BROKER)
-    if ctx is None:
-        return None
-    # the consume queue and the index are dispatchers like any feature's (spec: issue 3)
-    return [ctx.store.queue_dispatcher, ctx.store.index_dispatcher]
-
-
 @hookimpl(tryfirst=True)
 async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     ctx = kernel.state.find(BROKER)
     if ctx is None:
         return
     store = ctx.store
+    # the store's list starts with its own consume-queue and index dispatchers; the features' come from the hook
     for dispatcher in kernel.store_dispatchers:
-        if dispatcher not in store.dispatchers and not isinstance(dispatcher, (ConsumeQueueDispatcher, IndexDispatcher)):
-            store.add_dispatcher(dispatcher)
+        store.add_dispatcher(dispatcher)
     report = await trio.to_thread.run_sync(store.load)
     log.info("store %s recovered: %s", ctx.settings.store_root, report)
     await nursery.start(store.run)

@@ -62,3 +62,22 @@ def test_rollback_records_are_not_indexed(store):
     store.put_message(MessageRecord("T", 0, b"rb", sys_flag=0xC, properties={"KEYS": "x"}))
     store.put_message(MessageRecord("T", 0, b"ok", properties={"KEYS": "x"}))
     assert _keys(store.query_message("T", "x", 32, 0, 2**62)) == [b"ok"]
+
+
+def test_the_key_hasher_matches_javas_string_hash_code_for_every_shape_of_key():
+    import random
+    import string
+
+    from pyrmq.store.format import index_key_hash, unsigned_hash
+    from pyrmq.store.index_file import KeyHasher
+
+    rnd = random.Random(7)
+    keys = ["7F0000010FA318B4AAC2%012X" % rnd.randrange(1 << 48) for _ in range(400)]  # Java UNIQ_KEYs
+    keys += ["".join(rnd.choice(string.printable) for _ in range(rnd.randrange(0, 40))) for _ in range(400)]
+    keys += ["ключ-%d-ключ-ключ" % i for i in range(50)] + ["\0" * 16, "a" * 13]
+    items = [(topic, key, 0, 0) for topic in ("T", "%RETRY%group") for key in keys]
+    expected = [index_key_hash(unsigned_hash(f"{topic}#{key}")) for topic, key, _, _ in items]
+    for hasher in (KeyHasher(), KeyHasher(max_cached=4)):  # the tiny cache is cleared over and over
+        assert [hasher(topic, key) for topic, key, _, _ in items] == expected
+        assert hasher.hash_keys(items) == expected
+        assert hasher.hash_keys(items) == expected  # second pass: everything from the caches

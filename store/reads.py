@@ -1,0 +1,234 @@
+"""The read side of :class:`~pyrmq.store.message_store.MessageStore`: pulls through the consume queues, records by
+commit-log offset and by key, queue offsets and store times.
+
+Reads never block on writes: they see every record whose ``put_message`` has returned (dispatch is synchronous).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .consume_queue import BLANK_SIZE, ConsumeQueueStore
+from .dispatch import MessageFilter
+from .format import PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, StoredMessage, decode_message
+from .index_file import IndexDispatcher, IndexService
+from .results import GetMessageResult, GetMessageStatus, QueryMessageResult
+
+#: Java caps QUERY_MESSAGE at ``maxMsgsNumBatch`` = 64
+MAX_QUERY_NUM = 64
+
+
+class _CallableFilter:
+    """Adapts ``f(tags_code, record) -> bool`` to the two-step :class:`MessageFilter`."""
+
+    def __init__(self, f: Callable[[int, memoryview], bool]) -> None:
+        self.f = f
+        self._tags = 0
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        self._tags = tags_code
+        return True
+
+    def is_matched_by_commit_log(self, record: memoryview) -> bool:
+        return bool(self.f(self._tags, record))
+
+
+class StoreReads:
+    """Mixed into :class:`~pyrmq.store.message_store.MessageStore`, which sets these attributes."""
+
+    config: StoreConfig
+    commit_log: CommitLog
+    consume_queues: ConsumeQueueStore
+    index: IndexService
+    index_dispatcher: IndexDispatcher
+
+    def get_message(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_msg_nums: int,
+        message_filter: MessageFilter | Callable[[int, memoryview], bool] | None = None,
+    ) -> GetMessageResult:
+        """Messages of a topic-queue from queue ``offset`` (Java ``DefaultMessageStore.getMessage``, spec 2.3, 7.5).
+
+        At most ``max_msg_nums`` and 32 messages / 256 KiB (at least one message); ``message_filter`` sees the CQ
+        tags code first and the record only when the tags code matched."""
+        cfg = self.config
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0)
+        min_offset = cq.min_offset
+        max_offset = cq.max_offset
+        if max_offset == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, min_offset, max_offset)
+        if offset < min_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, min_offset, min_offset, max_offset)
+        if offset == max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+        if offset > max_offset:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+        max_units = max(cfg.max_filter_message_count, max_msg_nums * 20) // 20
+        units = cq.units_from(offset, max_units)
+        if units is None:
+            return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
+        if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
+            message_filter = _CallableFilter(message_filter)
+        max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
+        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        buffers: list = []
+        queue_offsets: list[int] = []
+        total = 0
+        scanned = 0
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        skip_below = -1
+        files = self.commit_log.queue
+        mf = None
+        mf_start = mf_end = 0
+        for phy, size, tags_code in units:
+            if buffers and (len(buffers) >= max_count or total + size > max_bytes):
+                break
+            scanned += 1
+            if size == BLANK_SIZE or phy < skip_below:
+                continue
+            if message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
+                continue
+            if not (mf_start <= phy and phy + size <= mf_end):
+                mf = files.find(phy)
+                if mf is None or mf.closed:
+                    if not buffers:
+                        status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                    skip_below = phy - phy % files.file_size + files.file_size
+                    continue
+                mf_start = mf.file_from_offset
+                mf_end = mf_start + mf.wrote_position
+                if phy + size > mf_end:
+                    continue
+            pos = phy - mf_start
+            view = mf.view[pos : pos + size]
+            if message_filter is not None and not message_filter.is_matched_by_commit_log(view):
+                continue
+            buffers.append(view)
+            queue_offsets.append(offset + scanned - 1)
+            total += size
+        if buffers:
+            status = GetMessageStatus.FOUND
+        return GetMessageResult(
+            status, offset + scanned, min_offset, max_offset, buffers, queue_offsets, total,
+        )
+
+    def look_message_bytes_by_offset(self, phy_offset: int, size: int | None = None) -> memoryview | None:
+        """The raw record at commit-log ``phy_offset`` (zero-copy), None if there is none."""
+        if size is not None and size <= 0:
+            return None
+        view = self.commit_log.get_record(phy_offset, size)
+        if view is None or (size is not None and self.commit_log.record_size_at(phy_offset) != size):
+            return None
+        return view
+
+    select_one_message_by_offset = look_message_bytes_by_offset
+
+    def look_message_by_offset(self, phy_offset: int, size: int | None = None) -> StoredMessage | None:
+        """The decoded record at commit-log ``phy_offset`` (what VIEW_MESSAGE_BY_ID needs)."""
+        view = self.look_message_bytes_by_offset(phy_offset, size)
+        if view is None:
+            return None
+        return decode_message(view)[0]
+
+    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+        """Records of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``, stored in [begin, end] ms
+        (QUERY_MESSAGE). Index candidates are checked against the record, so hash collisions are filtered out."""
+        max_num = min(max_num, MAX_QUERY_NUM)
+        self.index_dispatcher.drain()
+        result = QueryMessageResult(
+            index_last_update_timestamp=self.index.last_update_timestamp,
+            index_last_update_phyoffset=self.index.end_phy_offset,
+        )
+        if max_num <= 0:
+            return result
+        seen = set()
+        for phy in self.index.query(topic, key, max_num * 2, begin, end):
+            if phy in seen:
+                continue  # a key that is both a KEYS entry and the UNIQ_KEY is indexed twice
+            seen.add(phy)
+            view = self.commit_log.get_record(phy)
+            if view is None:
+                continue
+            msg = decode_message(view)[0]
+            if msg.topic != topic:
+                continue
+            props = msg.properties
+            keys = (props.get(PROPERTY_KEYS) or "").split(" ")
+            if key != props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) and key not in keys:
+                continue
+            result.buffers.append(view)
+            if len(result.buffers) >= max_num:
+                break
+        return result
+
+    # -- offsets and times -------------------------------------------------------------------------------------
+    def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def get_min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def get_offset_in_queue_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP (spec 7.13); 0 for an unknown queue."""
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return 0
+        return cq.get_offset_by_time(timestamp, self.commit_log.store_timestamp_at)
+
+    def get_message_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        unit = cq.get_unit(offset) if cq is not None else None
+        if unit is None or unit[1] == BLANK_SIZE:
+            return -1
+        return self.commit_log.store_timestamp_at(unit[0])
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store time at the queue's min offset, -1 if none (GET_EARLIEST_MSG_STORETIME)."""
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.min_offset)
+
+    def get_latest_message_time(self, topic: str, queue_id: int) -> int:
+        cq = self.consume_queues.get(topic, queue_id)
+        if cq is None or cq.max_offset == 0:
+            return -1
+        return self.get_message_store_timestamp(topic, queue_id, cq.max_offset - 1)
+
+    def get_earliest_store_time(self) -> int:
+        """Store time of the oldest record in the commit log, -1 if empty."""
+        first = self.commit_log.queue.first
+        if first is None:
+            return -1
+        return self.commit_log.store_timestamp_at(first.file_from_offset)
+
+    def get_latest_store_time(self) -> int:
+        """Store time of the newest record, -1 if empty."""
+        cur = self.commit_log._current
+        return cur.store_timestamp if cur is not None and cur.store_timestamp else -1
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    @property
+    def flushed_phy_offset(self) -> int:
+        return self.commit_log.queue.flushed_offset
+
+    def topic_queues(self) -> list[tuple[str, int]]:
+        return sorted(self.consume_queues.table)
+

@@ -1,0 +1,153 @@
+"""The write side of :class:`~pyrmq.store.message_store.MessageStore`: append to the commit log, dispatch what was
+appended, and (SYNC_FLUSH) wait for the group commit.
+
+``put_message`` and ``put_messages`` share one dispatch call, :meth:`StoreWrites._dispatch_appended`: it builds the
+:class:`~pyrmq.store.dispatch.DispatchRequest` of an appended record and hands it to the store's dispatchers, in
+order, before the put returns (see :mod:`pyrmq.store.dispatch` for why dispatch is synchronous).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from .commitlog import AppendRejected, CommitLog
+from .dispatch import Dispatchers, DispatchRequest
+from .flush import FlushPolicy, FlushTarget
+from .format import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageRecord, java_string_hash
+from .results import PutMessageResult, PutMessageStatus
+
+log = logging.getLogger("pyrmq.store.message_store")
+
+#: tags codes remembered (tags strings repeat: a topic has a handful)
+MAX_TAGS_CODES = 65536
+
+
+class StoreWrites:
+    """Mixed into :class:`~pyrmq.store.message_store.MessageStore`, which sets these attributes."""
+
+    commit_log: CommitLog
+    dispatchers: Dispatchers
+    flush_policy: FlushPolicy
+    _flush_target: FlushTarget | None
+    _sync_flush: bool
+    _sync_timeout: float
+    _tags_codes: dict[str, int]
+    #: why writes are refused (not loaded, closing), None when the store is up
+    _unavailable: str | None
+    #: why writes are refused for lack of disk (set by retention), None when there is room
+    _disk_full: str | None
+
+    def _set_disk_full(self, reason: str | None) -> None:
+        if reason != self._disk_full:
+            if reason:
+                log.error("refusing writes: %s", reason)
+            elif self._disk_full:
+                log.info("disk usage back under the limit: accepting writes again")
+        self._disk_full = reason
+
+    @property
+    def is_writable(self) -> bool:
+        return self._unavailable is None and self._disk_full is None
+
+    def _refused(self) -> PutMessageResult:
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, self._unavailable or self._disk_full or "")
+
+    def _tags_code(self, tags: str) -> int:
+        code = self._tags_codes.get(tags)
+        if code is None:
+            if len(self._tags_codes) > MAX_TAGS_CODES:
+                self._tags_codes.clear()
+            code = self._tags_codes[tags] = java_string_hash(tags)
+        return code
+
+    def put_message(self, record: MessageRecord) -> PutMessageResult:
+        """Append one message and dispatch it (synchronous, no await). Under SYNC_FLUSH follow with
+        :meth:`wait_flushed` (or use :meth:`put_message_async`)."""
+        if self._unavailable is not None or self._disk_full is not None:
+            return self._refused()
+        try:
+            res, sys_flag, _props = self.commit_log.append(record)
+        except AppendRejected as exc:
+            return exc.result()
+        except OSError as exc:
+            log.exception("append failed")
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
+        self._dispatch_appended(
+            record, res.wrote_offset, res.wrote_bytes, res.queue_offset, res.store_timestamp, sys_flag,
+            record.prepared_transaction_offset,
+        )
+        return PutMessageResult(PutMessageStatus.PUT_OK, res)
+
+    def put_messages(self, records: Sequence[MessageRecord]) -> PutMessageResult:
+        """Append a batch of one topic-queue: consecutive queue offsets, one segment, one call (spec 5.8)."""
+        if self._unavailable is not None or self._disk_full is not None:
+            return self._refused()
+        if not records:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
+        try:
+            res, written, sys_flag = self.commit_log.append_batch(records)
+        except AppendRejected as exc:
+            return exc.result()
+        except OSError as exc:
+            log.exception("batch append failed")
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
+        dispatch = self._dispatch_appended
+        now = res.store_timestamp
+        for record, (offset, size, queue_offset, _props) in zip(records, written):
+            dispatch(record, offset, size, queue_offset, now, sys_flag, 0)  # a batch stores no prepared offset
+        return PutMessageResult(PutMessageStatus.PUT_OK, res)
+
+    def _dispatch_appended(
+        self,
+        record: MessageRecord,
+        offset: int,
+        size: int,
+        queue_offset: int,
+        store_timestamp: int,
+        sys_flag: int,
+        prepared_offset: int,
+    ) -> None:
+        """The one dispatch call of both puts: hand a just-appended record to every dispatcher, in order.
+
+        One record per call (a batch calls it per record): wrapping a single record into sequences costs more than
+        the call. It calls the collected ``dispatch`` methods directly: no pluggy, no type test per message."""
+        properties = record.properties
+        tags_code = record.tags_code
+        if tags_code is None:
+            tags = properties.get(PROPERTY_TAGS)
+            tags_code = self._tags_codes.get(tags) or self._tags_code(tags) if tags else 0
+        request = DispatchRequest(
+            record.topic, record.queue_id, offset, size, tags_code, store_timestamp, queue_offset,
+            properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
+            prepared_offset, properties,
+        )
+        dispatchers = self.dispatchers
+        for call in dispatchers.calls:
+            try:
+                call(request)
+            except Exception:
+                if dispatchers.failed(call, request):
+                    raise
+
+    async def wait_flushed(self, end_offset: int, timeout: float | None = None) -> bool:
+        """Wait until the commit log is durable up to ``end_offset`` (group commit); False after the timeout
+        (``sync_flush_timeout``, 5 s by default)."""
+        return await self.flush_policy.wait_flushed(
+            self._flush_target, end_offset, self._sync_timeout if timeout is None else timeout
+        )
+
+    async def _finish(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
+        if result.status is PutMessageStatus.PUT_OK and self._sync_flush and wait:
+            if not await self.wait_flushed(result.append.end_offset):
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+                result.remark = f"flush did not complete within {self._sync_timeout:g} s"
+        return result
+
+    async def put_message_async(self, record: MessageRecord) -> PutMessageResult:
+        """Append, then under SYNC_FLUSH wait for the flush unless the message carries ``WAIT=false``."""
+        return await self._finish(self.put_message(record), record.wait_store_msg_ok)
+
+    async def put_messages_async(self, records: Sequence[MessageRecord]) -> PutMessageResult:
+        wait = bool(records) and records[0].wait_store_msg_ok
+        return await self._finish(self.put_messages(records), wait)

@@ -1,0 +1,175 @@
+"""The store's one dispatcher list: order, what each dispatcher sees, failures, recovery and HA raw appends."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from pyrmq.store import MessageRecord, MessageStore, StoreError
+from pyrmq.store.format import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+
+from .conftest import read_all, record, small_config
+
+
+class Recorder:
+    """A feature's dispatcher: remembers what it saw and what the consume queue held at that moment."""
+
+    def __init__(self, name, order, log, store=None):
+        self.name, self.order, self.log, self.store = name, order, log, store
+
+    def dispatch(self, request):
+        readable = None
+        if self.store is not None:
+            readable = self.store.get_max_offset_in_queue(request.topic, request.queue_id) > request.queue_offset
+        self.log.append((self.name, request.commit_log_offset, request.queue_offset, request.sys_flag, readable))
+
+
+def test_the_stores_own_dispatchers_come_first_and_features_follow_by_order(tmp_path):
+    log = []
+    late, early, tie = Recorder("late", 20, log), Recorder("early", 5, log), Recorder("tie", 10, log)
+    store = MessageStore(small_config(tmp_path), dispatchers=[late, early, tie])
+    assert [d.name for d in store.dispatchers] == ["consume_queue", "early", "index", "tie", "late"]
+    no_index = MessageStore(small_config(tmp_path / "b", message_index_enable=False))
+    assert [d.name for d in no_index.dispatchers] == ["consume_queue"]
+    with pytest.raises(ValueError, match="already added"):
+        store.add_dispatcher(late)
+    with pytest.raises(TypeError, match="name and an int order"):
+        store.add_dispatcher(object())
+
+
+def test_put_message_and_put_messages_dispatch_each_record_once_in_order(tmp_path):
+    log = []
+    store = MessageStore(small_config(tmp_path))
+    store.add_dispatcher(Recorder("second", 30, log))
+    store.add_dispatcher(Recorder("first", 20, log, store))
+    store.load()
+    try:
+        one = store.put_message(record(queue_id=1, body=b"a"))
+        batch = store.put_messages([record(queue_id=1, body=b"b"), record(queue_id=1, body=b"c")])
+        offsets = [one.append.wrote_offset, *batch.append.offsets]
+        # each record once, both dispatchers in order, after the consume queue made it readable
+        assert log == [
+            (name, offset, queue_offset, 0, True if name == "first" else None)
+            for queue_offset, offset in enumerate(offsets)
+            for name in ("first", "second")
+        ]
+        assert [m.body for m in read_all(store, "TopicTest", 1)] == [b"a", b"b", b"c"]
+    finally:
+        store.close()
+
+
+def test_only_the_consume_queue_skips_prepared_and_rolled_back_records(tmp_path):
+    log = []
+    store = MessageStore(small_config(tmp_path), dispatchers=[Recorder("feature", 20, log)])
+    store.load()
+    try:
+        for flag, body in ((TRANSACTION_PREPARED_TYPE, b"half"), (TRANSACTION_ROLLBACK_TYPE, b"rolled back"),
+                           (TRANSACTION_COMMIT_TYPE, b"committed"), (0, b"plain")):
+            assert store.put_message(MessageRecord("T", 0, body, sys_flag=flag)).is_ok
+        # a feature sees every record (a transaction plugin needs the half messages); consumers see two
+        assert [entry[3] for entry in log] == [TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE,
+                                               TRANSACTION_COMMIT_TYPE, 0]
+        assert [m.body for m in read_all(store, "T", 0)] == [b"committed", b"plain"]
+    finally:
+        store.close()
+
+
+def test_a_failing_feature_dispatcher_is_logged_and_the_put_still_succeeds(tmp_path, caplog):
+    log = []
+
+    class Broken:
+        name, order = "broken", 15
+
+        def dispatch(self, request):
+            raise RuntimeError("boom")
+
+    store = MessageStore(small_config(tmp_path), dispatchers=[Broken(), Recorder("after", 20, log)])
+    store.load()
+    try:
+        with caplog.at_level(logging.ERROR):
+            result = store.put_message(record(body=b"x"))
+        assert result.is_ok and [m.body for m in read_all(store, "TopicTest", 0)] == [b"x"]
+        assert len(log) == 1  # the dispatcher after the broken one still ran
+        assert "dispatcher broken failed on the record at 0" in caplog.text
+    finally:
+        store.close()
+
+
+def test_a_dispatcher_added_after_load_is_refused(store):
+    with pytest.raises(StoreError, match="after the store was loaded"):
+        store.add_dispatcher(Recorder("late", 20, []))
+
+
+def test_recovery_re_dispatches_what_a_feature_lacks_with_the_recovering_flag(tmp_path):
+    cfg = small_config(tmp_path)
+    with MessageStore(cfg) as store:
+        for i in range(3):
+            store.put_message(record(body=b"%d" % i))
+
+    class Catching(Recorder):
+        def __init__(self, log):
+            super().__init__("catching-up", 20, log)
+            self.flags = []
+
+        def has_dispatched(self, topic, queue_id, queue_offset, commit_log_offset, sys_flag):
+            return queue_offset < 1  # it had persisted the first record only
+
+        def dispatch(self, request):
+            self.flags.append(request.recovering)
+            super().dispatch(request)
+
+    log = []
+    feature = Catching(log)
+    store = MessageStore(cfg, dispatchers=[feature])
+    store.load()
+    try:
+        assert [entry[2] for entry in log] == [1, 2] and feature.flags == [True, True]
+        assert store.put_message(record(body=b"3")).append.queue_offset == 3
+        assert feature.flags[-1] is False
+    finally:
+        store.close()
+
+
+def test_a_slave_appends_raw_bytes_and_dispatches_the_records_they_complete(tmp_path):
+    master = MessageStore(small_config(tmp_path / "master"))
+    log = []
+    slave = MessageStore(small_config(tmp_path / "slave"), dispatchers=[Recorder("feature", 20, log)])
+    master.load()
+    slave.load()
+    try:
+        for i in range(40):  # more than one 64 KiB segment
+            master.put_message(record(queue_id=i % 2, body=bytes(3000), KEYS=f"k{i}"))
+        assert not slave.append_raw(100, b"x")  # not the slave's end: refused
+        offset = 0
+        while offset < master.max_phy_offset:
+            data = master.get_commit_log_data(offset, 5000)  # chunks that split records
+            assert slave.append_raw(offset, data)
+            offset += len(data)
+        assert slave.max_phy_offset == master.max_phy_offset and len(log) == 40
+        for queue_id in (0, 1):
+            assert read_all(slave, "TopicTest", queue_id) == read_all(master, "TopicTest", queue_id)
+        assert len(slave.query_message("TopicTest", "k7", 32, 0, 2**62).buffers) == 1
+        # the slave's next queue offsets follow what it replicated (what it would assign as master)
+        assert slave.put_message(record(queue_id=1, body=b"next")).append.queue_offset == 20
+    finally:
+        master.close()
+        slave.close()
+
+
+def test_a_failing_consume_queue_fails_the_put_and_later_dispatchers_do_not_see_the_record(tmp_path):
+    log = []
+    cfg = small_config(tmp_path)
+    store = MessageStore(cfg, dispatchers=[Recorder("feature", 20, log)])
+    store.load()
+    try:
+        os.makedirs(cfg.consume_queue_dir, exist_ok=True)
+        with open(os.path.join(cfg.consume_queue_dir, "Blocked"), "wb") as f:
+            f.write(b"a file where the queue directory goes")
+        with pytest.raises(OSError):
+            store.put_message(record(topic="Blocked", body=b"x"))
+        assert log == []
+        assert store.put_message(record(body=b"fine")).is_ok and len(log) == 1
+    finally:
+        store.close()
