@@ -81,7 +81,7 @@ def cmd_topic_route(args: argparse.Namespace) -> int:
         rows = []
         for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
             b = route.broker(q.broker_name)
-            addrs = " ".join(f"{i}={a}" for i, a in sorted(b.addrs.items())) if b else "-"
+            addrs = " ".join(f"{i}={a}" for i, a in sorted(b.broker_addrs.items())) if b else "-"
             rows.append([q.broker_name, b.cluster if b else "-", addrs, q.read_queue_nums, q.write_queue_nums, _perm(q.perm)])
         print(format_table(["BROKER", "CLUSTER", "ADDRESSES (id=addr)", "READ QUEUES", "WRITE QUEUES", "PERM"], rows))
         return EXIT_OK

@@ -27,6 +27,7 @@ from pyrmq.client.errors import TopicNotFoundError
 from pyrmq.client.instance import ClientInstance
 from pyrmq.client.message import MessageQueue, PullResult
 from pyrmq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from pyrmq.remoting.vocabulary import PullSysFlag
 
 __all__ = ["PullConsumer"]
 
@@ -108,7 +109,7 @@ class PullConsumer(ConsumerCore):
         """PULL_MESSAGE from ``offset`` with a filter expression; tags are re-checked client side."""
         self._check_started()
         sub = Subscription.build(mq.topic, expression, expression_type)
-        sys_flag = api.FLAG_SUBSCRIPTION | (api.FLAG_SUSPEND if block else 0)
+        sys_flag = int(PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if block else 0))
         if timeout is None:
             timeout = suspend_ms / 1000 + 10 if block else self.instance.config.api_timeout + 7
         return await api.pull(

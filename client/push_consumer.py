@@ -52,6 +52,7 @@ from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.producer import Producer
 from pyrmq.client.rebalance import LOCK_RETRY_DELAY, Rebalancer
 from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.vocabulary import PullSysFlag
 
 __all__ = ["PushConsumer"]
 
@@ -288,7 +289,7 @@ class PushConsumer(ConsumerCore):
                 if sub is None:
                     return
                 commit = store.read_memory(mq) if self.clustering else -1
-                sys_flag = api.FLAG_SUSPEND | (api.FLAG_COMMIT_OFFSET if commit > 0 else 0)
+                sys_flag = int(PullSysFlag.SUSPEND | (PullSysFlag.COMMIT_OFFSET if commit > 0 else 0))
                 pq.last_pull_time = time.monotonic()
                 try:
                     addr = instance.broker_addr(mq.broker_name) or await instance.broker_addr_for(mq)

@@ -25,8 +25,7 @@ from typing import Any
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.plugins.broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
-    PERM_READ,
-    PERM_WRITE,
+    Permission,
     RETRY_GROUP_TOPIC_PREFIX,
     is_writeable,
 )
@@ -34,13 +33,14 @@ from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader
+from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.retry_dlq")
 
-PROPERTY_DELAY = "DELAY"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_DELAY = MessageProperty.DELAY_TIME_LEVEL
+PROPERTY_RETRY_TOPIC = MessageProperty.RETRY_TOPIC
+PROPERTY_ORIGIN_MESSAGE_ID = MessageProperty.ORIGIN_MESSAGE_ID
 DLQ_NUMS_PER_GROUP = 1
 
 
@@ -91,7 +91,7 @@ class SendBackProcessor:
         # 2
         topic = retry_topic(header.group)
         queue_id = self.rng.randrange(group.retry_queue_nums)
-        config = self.topics.create_system_topic(topic, group.retry_queue_nums, PERM_READ | PERM_WRITE)
+        config = self.topics.create_system_topic(topic, group.retry_queue_nums, Permission.READ | Permission.WRITE)
         if not is_writeable(config.perm):
             return ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
         # 3
@@ -109,7 +109,7 @@ class SendBackProcessor:
         if msg.reconsume_times >= max_times or delay_level < 0:
             topic = dlq_topic(header.group)
             queue_id = self.rng.randrange(DLQ_NUMS_PER_GROUP)
-            config = self.topics.create_system_topic(topic, DLQ_NUMS_PER_GROUP, PERM_READ | PERM_WRITE)
+            config = self.topics.create_system_topic(topic, DLQ_NUMS_PER_GROUP, Permission.READ | Permission.WRITE)
             if not is_writeable(config.perm):
                 return ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
             properties.pop(PROPERTY_DELAY, None)
