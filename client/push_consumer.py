@@ -86,6 +86,7 @@ class PushConsumer(ConsumerCore):
         orderly: bool = False,
         allocate_strategy: str | Callable[..., list[MessageQueue]] = "AVG",
         allocate_options: Mapping[str, Any] | None = None,
+        plugins: Iterable[object] = (),
         consume_thread_max: int = 20,
         pull_batch_size: int = 32,
         pull_threshold_for_queue: int = 1000,
@@ -105,7 +106,8 @@ class PushConsumer(ConsumerCore):
             self.subscribe(topic, expression)
         self.listener = listener
         self.orderly = orderly
-        self.allocate = resolve_strategy(allocate_strategy, allocate_options)
+        # this consumer's own plugin table: the client bundle, entry points and ``plugins`` (no process-wide cache)
+        self.allocate = resolve_strategy(allocate_strategy, allocate_options, plugins=plugins)
         self.consume_thread_max = consume_thread_max
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
