@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyrmq.client.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error, format_table, ms_text, run, timestamp
+from pyrmq.remoting.vocabulary import Permission
 
 __all__ = ["add_admin_parser"]
 
@@ -100,7 +101,7 @@ def cmd_topic_status(args: argparse.Namespace) -> int:
 
 
 def _perm(perm: int) -> str:
-    return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-") + ("X" if perm & 1 else "-")
+    return ("R" if perm & Permission.READ else "-") + ("W" if perm & Permission.WRITE else "-") + ("X" if perm & Permission.INHERIT else "-")
 
 
 def cmd_cluster_list(args: argparse.Namespace) -> int:

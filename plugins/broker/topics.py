@@ -81,7 +81,7 @@ class TopicConfig:
             topic_name=str(data.get("topicName") or name),
             read_queue_nums=int(data.get("readQueueNums", 16)),
             write_queue_nums=int(data.get("writeQueueNums", 16)),
-            perm=int(data.get("perm", 6)),
+            perm=int(data.get("perm", Permission.READ | Permission.WRITE)),
             topic_filter_type=str(data.get("topicFilterType", "SINGLE_TAG")),
             topic_sys_flag=int(data.get("topicSysFlag", 0)),
             order=bool(data.get("order", False)),
