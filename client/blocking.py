@@ -21,7 +21,7 @@ import functools
 import logging
 import queue
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import trio
@@ -33,6 +33,7 @@ from pyrmq.client.pipelined_pull import PULL_WINDOW, RawPullBatch
 from pyrmq.client.producer import Producer, SendHook
 from pyrmq.client.pull_consumer import PullConsumer
 from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.remoting.message import BatchEntry
 
 __all__ = ["BlockingProducer", "BlockingPushConsumer", "BlockingPullConsumer", "BlockingAdmin"]
 
@@ -214,6 +215,9 @@ class BlockingProducer(_BlockingService):
 
     def send_batch(self, msgs: Iterable[Message], **kwargs: Any) -> list[SendResult]:
         return self._run(self.producer.send_batch, list(msgs), **kwargs)
+
+    def send_encoded_batch(self, topic: str, entries: Sequence[BatchEntry], uniq_keys: Sequence[str], **kwargs: Any) -> SendResult:
+        return self._run(self.producer.send_encoded_batch, topic, entries, uniq_keys, **kwargs)
 
     def send_oneway(self, msg: Message, **kwargs: Any) -> None:
         self._run(self.producer.send_oneway, msg, **kwargs)

@@ -40,7 +40,7 @@ from pyrmq.client.message import (
 from pyrmq.client.selectors import MessageQueueSelector, select_by_hash
 from pyrmq.client.send_types import FunctionHook, SendContext, SendFuture, SendHook
 from pyrmq.client.service import ClientService
-from pyrmq.client.validation import MAX_MESSAGE_SIZE, MAX_PROPERTIES_SIZE, validate_message
+from pyrmq.client.validation import MAX_MESSAGE_SIZE, MAX_PROPERTIES_SIZE, validate_message, validate_topic
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingClosed, RemotingError, RemotingTimeout
@@ -413,6 +413,25 @@ class Producer(ClientService):
         ``msg_id`` joins the messages' UNIQ_KEYs with commas and whose ``queue_offset`` is the first message's."""
         self._ready()
         return [await self._send_prepared(p, queue=queue, timeout=timeout) for p in self._prepare_batches(list(msgs))]
+
+    async def send_encoded_batch(
+        self, topic: str, entries: Sequence[BatchEntry], uniq_keys: Sequence[str], *,
+        queue: MessageQueue | None = None, timeout: float | None = None,
+    ) -> SendResult:
+        """SEND_BATCH_MESSAGE of entries the caller encoded itself (spec 5.8), for bulk writers that build them from
+        columns (the Spark sink). Each entry's properties must already hold its UNIQ_KEY (``uniq_keys``, in order;
+        :class:`pyrmq.client.ids.UniqIdGenerator` makes them); only the topic and the total size are checked here.
+        Queue choice, retries, fault tolerance and the TBW102 fallback are :meth:`send`'s. Send hooks see the
+        entries as the context's message."""
+        self._ready()
+        validate_topic(topic)
+        if not entries:
+            raise InvalidMessageError("the batch is empty")
+        body = encode_batch_body(list(entries))
+        if len(body) > self.max_message_size:
+            raise InvalidMessageError(f"the batch is {len(body)} bytes, over {self.max_message_size}")
+        p = _Prepared(topic, body, 0, None, ",".join(uniq_keys), 0, None, None, True, list(entries))
+        return await self._send_prepared(p, queue=queue, timeout=timeout)
 
     # -- oneway ----------------------------------------------------------------------------------------------
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pyrmq.client import BlockingProducer, ClientConfig, Message
+from pyrmq.client import BlockingProducer, ClientConfig
+from pyrmq.client.ids import UniqIdGenerator
+from pyrmq.remoting.message import BatchEntry, encode_properties
 from pyrmq.remoting.vocabulary import MessageProperty
 
 from .options import WriteOptions
@@ -52,34 +54,33 @@ def rows(batches: Iterable[Any], default_topic: str | None) -> Iterator[tuple[st
 
 
 class BatchSender:
-    """Accumulates messages per topic and sends full batches through the client library's producer, which turns
-    over the topic's writable queues (and sends through TBW102 when the topic has no route yet, spec 7.3)."""
+    """Accumulates messages per topic as encoded batch entries and sends full batches through the client library's
+    producer, which turns over the topic's writable queues (and sends through TBW102 when the topic has no route
+    yet, spec 7.3). Entries are built straight from the columns: no per-row ``Message`` objects."""
 
     def __init__(self, producer: BlockingProducer, options: WriteOptions) -> None:
         self.producer = producer
         self.options = options
-        self.pending: dict[str, tuple[list[Message], list[int]]] = {}
+        self.ids = UniqIdGenerator()
+        self.pending: dict[str, tuple[list[BatchEntry], list[str], list[int]]] = {}
         self.sent = 0
 
     def add(self, topic: str, body: bytes, properties: dict[str, str]) -> None:
-        # a DataFrame read from a topic carries TAGS/KEYS/UNIQ_KEY in its properties map: tags and keys are the
-        # message's own; every message gets a fresh UNIQ_KEY from the producer (spec 5.10)
-        properties.pop(MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX, None)
-        tags = properties.pop(MessageProperty.TAGS, None)
-        keys = properties.pop(MessageProperty.KEYS, None)
-        msg = Message(topic, body, tags=tags, keys=keys, properties=properties)
-        messages, size = self.pending.setdefault(topic, ([], [0]))
-        messages.append(msg)
-        size[0] += len(body) + 64 + sum(len(k) + len(v) + 2 for k, v in properties.items())
-        if len(messages) >= self.options.batch_size or size[0] >= MAX_BATCH_BYTES:
+        uniq = properties[MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.ids.next()
+        entry = BatchEntry(0, body, encode_properties(properties).encode("utf-8"))
+        entries, keys, size = self.pending.setdefault(topic, ([], [], [0]))
+        entries.append(entry)
+        keys.append(uniq)
+        size[0] += len(body) + len(entry.properties_bytes) + 22
+        if len(entries) >= self.options.batch_size or size[0] >= MAX_BATCH_BYTES:
             self.flush(topic)
 
     def flush(self, topic: str) -> None:
-        messages, _size = self.pending.pop(topic, ([], [0]))
-        if not messages:
+        entries, keys, _size = self.pending.pop(topic, ([], [], [0]))
+        if not entries:
             return
-        self.producer.send_batch(messages, timeout=self.options.timeout)
-        self.sent += len(messages)
+        self.producer.send_encoded_batch(topic, entries, keys, timeout=self.options.timeout)
+        self.sent += len(entries)
 
     def flush_all(self) -> None:
         for topic in list(self.pending):
@@ -89,7 +90,7 @@ class BatchSender:
 def send_batches(options: WriteOptions, batches: Iterable[Any]) -> int:
     """Send every row of ``batches``; return how many messages were sent."""
     config = ClientConfig(namesrv_addr=options.namesrv, api_timeout=options.timeout)
-    with BlockingProducer(options.namesrv, options.producer_group, config=config) as producer:
+    with BlockingProducer(options.namesrv, options.producer_group, config=config, send_timeout=options.timeout) as producer:
         sender = BatchSender(producer, options)
         for topic, body, props in rows(batches, options.topic):
             sender.add(topic, body, props)
