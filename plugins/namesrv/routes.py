@@ -19,6 +19,7 @@ log = logging.getLogger("pyrmq.namesrv")
 
 _READ_WRITE = int(Permission.READ | Permission.WRITE)
 
+
 @attrs.define
 class BrokerLiveInfo:
     last_update_ms: float
