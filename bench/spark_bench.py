@@ -73,15 +73,15 @@ def create_topic(namesrv: str, addr: str, topic: str) -> None:
 
 
 def fill(namesrv: str, topic: str, count: int) -> float:
-    from pyrmq.spark_plugin.broker_client import BrokerClient
+    from pyrmq.client import BlockingProducer
     from pyrmq.spark_plugin.options import WriteOptions
     from pyrmq.spark_plugin.sink import BatchSender
 
     opts = WriteOptions.parse({"namesrv": namesrv, "topic": topic, "batchSize": "256"})
     body = os.urandom(BODY_SIZE // 2).hex().encode()[:BODY_SIZE]
     t = time.perf_counter()
-    with BrokerClient(namesrv) as client:
-        sender = BatchSender(client, opts)
+    with BlockingProducer(namesrv, "bench-fill") as producer:
+        sender = BatchSender(producer, opts)
         for i in range(count):
             sender.add(topic, body, {"TAGS": "bench", "KEYS": f"k{i}"})
         sender.flush_all()
@@ -90,13 +90,15 @@ def fill(namesrv: str, topic: str, count: int) -> float:
 
 def raw_store_read(namesrv: str, store: str, topic: str, count: int) -> None:
     """Decode every record of the topic from the store files in this process (the plugin's decoder, no Spark)."""
-    from pyrmq.spark_plugin.broker_client import BrokerClient
+    from pyrmq.spark_plugin.planning import open_consumer, read_queues
     from pyrmq.spark_plugin.records import Columns
     from pyrmq.spark_plugin.store_reader import StoreReader
 
-    with BrokerClient(namesrv) as client:
-        queues = client.route(topic).read_queues
-        ends = {mq.queue_id: client.max_offset(topic, mq) for mq in queues}
+    client = open_consumer(namesrv, "bench-raw-read", 10.0)
+    try:
+        ends = {mq.queue_id: client.max_offset(mq) for mq in read_queues(client, topic)}
+    finally:
+        client.shutdown()
     n = 0
     for qid, end in ends.items():
         reader = StoreReader(store, topic, qid)

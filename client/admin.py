@@ -17,22 +17,30 @@ import trio
 from pyrmq.client import api
 from pyrmq.client.config import ClientConfig, check_name
 from pyrmq.client.errors import BrokerError, ClientError, TopicNotFoundError
-from pyrmq.client.instance import AUTO_CREATE_TOPIC_KEY, ClientInstance
+from pyrmq.client.instance import ClientInstance
 from pyrmq.client.message import MessageExt, MessageQueue
-from pyrmq.client.route import PERM_READ, PERM_WRITE, BrokerData, TopicRoute
+from pyrmq.client.route import TopicRoute
 from pyrmq.client.service import ClientService
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
-from pyrmq.store.format import decode_message_id
+from pyrmq.remoting.message import decode_message_id
+from pyrmq.remoting.route import BrokerData
+from pyrmq.remoting.vocabulary import (
+    AUTO_CREATE_TOPIC_KEY,
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    Permission,
+)
 
 __all__ = ["Admin", "ClusterInfo", "BrokerInfo", "QueueProgress", "SYSTEM_TOPIC_PREFIXES"]
 
 #: names the broker creates for itself; ``topic list`` marks them
-SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_")
+SYSTEM_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "rmq_sys_", "RMQ_SYS_")
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY, "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
-                           "SCHEDULE_TOPIC_XXXX", "TRANS_CHECK_MAX_TIME_TOPIC"})
+                           SCHEDULE_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC"})
 
 
 def is_system_topic(topic: str, cluster_or_broker_names: Iterable[str] = ()) -> bool:
@@ -61,7 +69,7 @@ class ClusterInfo:
 
     def name_of(self, addr: str) -> str:
         for name, b in self.brokers.items():
-            if addr in b.addrs.values():
+            if addr in b.broker_addrs.values():
                 return name
         return ""
 
@@ -125,8 +133,7 @@ class Admin(ClientService):
         data = fastjson.loads((await self._namesrv(RequestCode.GET_BROKER_CLUSTER_INFO)).body_bytes())
         brokers = {}
         for name, b in (data.get("brokerAddrTable") or {}).items():
-            addrs = {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()}
-            brokers[str(name)] = BrokerData(str(b.get("cluster", "")), str(name), addrs)
+            brokers[str(name)] = BrokerData(str(b.get("cluster", "")), str(name), b.get("brokerAddrs") or {})
         clusters = {str(c): sorted(str(n) for n in names) for c, names in (data.get("clusterAddrTable") or {}).items()}
         return ClusterInfo(brokers, clusters)
 
@@ -148,7 +155,7 @@ class Admin(ClientService):
             for cluster, names in info.clusters.items():
                 for name in names:
                     broker = info.brokers.get(name)
-                    for broker_id, addr in sorted((broker.addrs if broker else {}).items()):
+                    for broker_id, addr in sorted((broker.broker_addrs if broker else {}).items()):
                         nursery.start_soon(one, cluster, name, broker_id, addr)
         return sorted(rows, key=lambda r: (r.cluster, r.broker_name, r.broker_id))
 
@@ -172,7 +179,7 @@ class Admin(ClientService):
         *,
         read_queue_nums: int | None = None,
         write_queue_nums: int | None = None,
-        perm: int = PERM_READ | PERM_WRITE,
+        perm: int = int(Permission.READ | Permission.WRITE),
         order: bool = False,
         cluster: str | None = None,
         broker_addr: str | None = None,

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyrmq.client.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error, format_table, ms_text, run, timestamp
+from pyrmq.remoting.vocabulary import Permission
 
 __all__ = ["add_admin_parser"]
 
@@ -81,7 +82,7 @@ def cmd_topic_route(args: argparse.Namespace) -> int:
         rows = []
         for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
             b = route.broker(q.broker_name)
-            addrs = " ".join(f"{i}={a}" for i, a in sorted(b.addrs.items())) if b else "-"
+            addrs = " ".join(f"{i}={a}" for i, a in sorted(b.broker_addrs.items())) if b else "-"
             rows.append([q.broker_name, b.cluster if b else "-", addrs, q.read_queue_nums, q.write_queue_nums, _perm(q.perm)])
         print(format_table(["BROKER", "CLUSTER", "ADDRESSES (id=addr)", "READ QUEUES", "WRITE QUEUES", "PERM"], rows))
         return EXIT_OK
@@ -100,7 +101,7 @@ def cmd_topic_status(args: argparse.Namespace) -> int:
 
 
 def _perm(perm: int) -> str:
-    return ("R" if perm & 4 else "-") + ("W" if perm & 2 else "-") + ("X" if perm & 1 else "-")
+    return ("R" if perm & Permission.READ else "-") + ("W" if perm & Permission.WRITE else "-") + ("X" if perm & Permission.INHERIT else "-")
 
 
 def cmd_cluster_list(args: argparse.Namespace) -> int:

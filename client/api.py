@@ -21,9 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.instance import ClientInstance
 
 __all__ = [
-    "FLAG_COMMIT_OFFSET",
-    "FLAG_SUSPEND",
-    "FLAG_SUBSCRIPTION",
     "pull",
     "query_consumer_offset",
     "update_consumer_offset",
@@ -38,9 +35,6 @@ __all__ = [
     "view_message",
 ]
 
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
 
 _PULL_STATUS = {
     ResponseCode.SUCCESS: PullStatus.FOUND,

@@ -19,8 +19,9 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import trio
@@ -28,13 +29,17 @@ import trio
 from pyrmq.client.admin import Admin
 from pyrmq.client.errors import ClientStateError
 from pyrmq.client.message import Message, MessageExt, MessageQueue, PullResult, SendResult
+from pyrmq.client.pipelined_pull import PULL_WINDOW, RawPullBatch
 from pyrmq.client.producer import Producer, SendHook
 from pyrmq.client.pull_consumer import PullConsumer
 from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.remoting.message import BatchEntry
 
 __all__ = ["BlockingProducer", "BlockingPushConsumer", "BlockingPullConsumer", "BlockingAdmin"]
 
 log = logging.getLogger("pyrmq.client.blocking")
+
+_RANGE_DONE = object()
 
 
 class _Portal:
@@ -112,6 +117,11 @@ class _Portal:
         if token is None:
             raise ClientStateError("the client loop is stopped")
         return trio.from_thread.run_sync(fn, *args, trio_token=token)
+
+    def spawn(self, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Start ``fn()`` as a task of the loop (it must not raise: hand its outcome over yourself)."""
+        assert self._nursery is not None
+        self.run_sync(self._nursery.start_soon, fn)
 
     def start_service(self, service: Any) -> threading.Event:
         """Run ``service.run`` in the loop; returns once it started, with an event set when it has ended."""
@@ -205,6 +215,9 @@ class BlockingProducer(_BlockingService):
 
     def send_batch(self, msgs: Iterable[Message], **kwargs: Any) -> list[SendResult]:
         return self._run(self.producer.send_batch, list(msgs), **kwargs)
+
+    def send_encoded_batch(self, topic: str, entries: Sequence[BatchEntry], uniq_keys: Sequence[str], **kwargs: Any) -> SendResult:
+        return self._run(self.producer.send_encoded_batch, topic, entries, uniq_keys, **kwargs)
 
     def send_oneway(self, msg: Message, **kwargs: Any) -> None:
         self._run(self.producer.send_oneway, msg, **kwargs)
@@ -311,6 +324,57 @@ class BlockingPullConsumer(_BlockingService):
 
     def search_offset(self, mq: MessageQueue, timestamp_ms: int) -> int:
         return self._run(self.consumer.search_offset, mq, timestamp_ms)
+
+    def pull_range(
+        self, mq: MessageQueue, start: int, end: int, *, expression: str = "*", window: int = PULL_WINDOW,
+        timeout: float | None = None,
+    ) -> Iterator[RawPullBatch]:
+        """:meth:`PullConsumer.pull_range` as an iterator: the pulls run on the client loop, at most ``2 * window``
+        answers ahead of the reading thread; closing the iterator stops them."""
+        portal = self._portal
+        if portal is None:
+            raise ClientStateError("BlockingPullConsumer is not started (use `with` or .start())")
+        out: queue.Queue[Any] = queue.Queue(maxsize=2 * window)
+        stop = threading.Event()
+        finished = threading.Event()
+
+        async def put(item: Any) -> bool:
+            # the reader is a plain thread: poll a bounded queue rather than block the loop
+            while not stop.is_set():
+                try:
+                    out.put_nowait(item)
+                    return True
+                except queue.Full:
+                    await trio.sleep(0.002)
+            return False
+
+        async def run() -> None:
+            try:
+                await self.consumer.pull_range(mq, start, end, put, expression=expression, window=window, timeout=timeout)
+                item: Any = _RANGE_DONE
+            except Exception as exc:  # noqa: BLE001 - raised in the reading thread
+                item = exc
+            try:
+                await put(item)
+            finally:
+                finished.set()
+
+        portal.spawn(run)
+        try:
+            while True:
+                try:
+                    item = out.get(timeout=0.5)
+                except queue.Empty:
+                    if finished.is_set() and out.empty():
+                        raise ClientStateError("the client loop stopped during a pull") from None
+                    continue
+                if item is _RANGE_DONE:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            stop.set()
 
 
 class BlockingAdmin(_BlockingService):

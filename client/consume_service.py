@@ -26,21 +26,13 @@ import trio
 from pyrmq.client import api
 from pyrmq.client.consumer import RETRY_TOPIC_PREFIX, ConsumeResult
 from pyrmq.client.message import (
-    CLUSTER,
-    CONSUME_START_TIME,
-    DELAY,
-    MAX_OFFSET,
-    MAX_RECONSUME_TIMES,
-    MIN_OFFSET,
-    ORIGIN_MESSAGE_ID,
-    RECONSUME_TIME,
-    RETRY_TOPIC,
     SYSTEM_PROPERTIES,
     Message,
     MessageExt,
     MessageQueue,
 )
 from pyrmq.client.process_queue import ProcessQueue
+from pyrmq.remoting.vocabulary import MessageProperty
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.push_consumer import PushConsumer
@@ -79,7 +71,7 @@ class _Base:
     def restore(self, msg: MessageExt) -> None:
         """A message redelivered from %RETRY%<group> shows its original topic (Java resetRetryAndNamespace)."""
         if msg.topic == self._retry_topic:
-            original = msg.properties.get(RETRY_TOPIC)
+            original = msg.properties.get(MessageProperty.RETRY_TOPIC)
             if original:
                 msg.topic = original
 
@@ -141,14 +133,15 @@ class _Base:
             return True
         except Exception as exc:  # noqa: BLE001 - any failure: try the client-side fallback
             log.info("%s: CONSUMER_SEND_MSG_BACK of %s failed (%s); sending to %s instead", consumer.group, msg.msg_id, exc, self._retry_topic)
-        props = {k: v for k, v in msg.properties.items() if k not in SYSTEM_PROPERTIES or k in ("UNIQ_KEY",)}
-        props[RETRY_TOPIC] = msg.properties.get(RETRY_TOPIC) or msg.topic
-        props[RECONSUME_TIME] = str(msg.reconsume_times + 1)
-        props[MAX_RECONSUME_TIMES] = str(max_times)
-        props[ORIGIN_MESSAGE_ID] = msg.properties.get(ORIGIN_MESSAGE_ID) or msg.msg_id
+        props = {k: v for k, v in msg.properties.items() if k not in SYSTEM_PROPERTIES or k == MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX}
+        props[MessageProperty.RETRY_TOPIC] = msg.properties.get(MessageProperty.RETRY_TOPIC) or msg.topic
+        props[MessageProperty.RECONSUME_TIME] = str(msg.reconsume_times + 1)
+        props[MessageProperty.MAX_RECONSUME_TIMES] = str(max_times)
+        props[MessageProperty.ORIGIN_MESSAGE_ID] = msg.properties.get(MessageProperty.ORIGIN_MESSAGE_ID) or msg.msg_id
         if delay_level >= 0:
-            props[DELAY] = str(delay_level if delay_level > 0 else 3 + msg.reconsume_times)
-        for k in (MIN_OFFSET, MAX_OFFSET, CONSUME_START_TIME, CLUSTER):
+            props[MessageProperty.DELAY_TIME_LEVEL] = str(delay_level if delay_level > 0 else 3 + msg.reconsume_times)
+        P = MessageProperty
+        for k in (P.MIN_OFFSET, P.MAX_OFFSET, P.CONSUME_START_TIMESTAMP, P.CLUSTER):
             props.pop(k, None)
         retry = Message(self._retry_topic, msg.body, tags=msg.tags, keys=msg.keys, flag=msg.flag)
         try:

@@ -18,7 +18,8 @@ from pyrmq.client.instance import ClientInstance
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.route import TopicRoute
 from pyrmq.client.service import ClientService
-from pyrmq.store.format import java_string_hash
+from pyrmq.remoting.message import java_string_hash
+from pyrmq.remoting.vocabulary import RETRY_GROUP_TOPIC_PREFIX as RETRY_TOPIC_PREFIX
 
 __all__ = [
     "ConsumerCore",
@@ -31,7 +32,6 @@ __all__ = [
     "parse_timestamp",
 ]
 
-RETRY_TOPIC_PREFIX = "%RETRY%"
 SUB_ALL = "*"
 
 

@@ -2,7 +2,7 @@
 
 Used by ``pyrmq admin dlq list|resend``. Speaks the remoting protocol: the route of ``%DLQ%<group>`` from a name
 server (GET_ROUTEINFO_BY_TOPIC), each queue's offsets (GET_MIN_OFFSET / GET_MAX_OFFSET), PULL_MESSAGE without
-committing an offset (the tools group ``TOOLS_CONSUMER``), records decoded with :mod:`pyrmq.store.format`.
+committing an offset (the tools group ``TOOLS_CONSUMER``), records decoded with :mod:`pyrmq.remoting.message`.
 
 A re-sent message goes to the topic in its ``RETRY_TOPIC`` property (the topic it was consumed from, spec 7.6)
 with the same body, flag, keys, tags, ``UNIQ_KEY`` and user properties, a reconsume count of 0 (a fresh set of
@@ -18,19 +18,22 @@ from typing import Any
 
 import attrs
 
-from pyrmq.remoting import fastjson
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.store.format import COMPRESSED_FLAG, decode_messages, encode_properties
+from pyrmq.remoting.message import COMPRESSED_FLAG, decode_messages, encode_properties
+from pyrmq.remoting.route import TopicRouteData
+from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY, MessageProperty, PullSysFlag
+from pyrmq.remoting.vocabulary import DLQ_GROUP_TOPIC_PREFIX as DLQ_PREFIX
 
-DLQ_PREFIX = "%DLQ%"
 TOOLS_GROUP = "TOOLS_CONSUMER"
 PULL_BATCH = 32
 #: properties the broker or the retry machinery added; not carried over by a re-send
+P = MessageProperty
 BOOKKEEPING = frozenset({
-    "DELAY", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "CLUSTER", "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME",
-    "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "WAIT",
+    P.DELAY_TIME_LEVEL, P.REAL_TOPIC, P.REAL_QUEUE_ID, P.RETRY_TOPIC, P.CLUSTER, P.MIN_OFFSET, P.MAX_OFFSET,
+    P.CONSUME_START_TIMESTAMP, P.RECONSUME_TIME, P.MAX_RECONSUME_TIMES, P.TIMER_DELIVER_MS, P.TIMER_DELAY_SEC,
+    P.WAIT_STORE_MSG_OK,
 })
 
 
@@ -74,7 +77,7 @@ async def _invoke(client: RemotingClient, addr: str, request: RemotingCommand) -
         raise DlqError(f"{addr}: {exc}") from None
 
 
-async def _route(client: RemotingClient, namesrv: str, topic: str) -> dict | None:
+async def _route(client: RemotingClient, namesrv: str, topic: str) -> TopicRouteData | None:
     last: DlqError | None = None
     for addr in [a.strip() for a in namesrv.split(";") if a.strip()]:
         try:
@@ -86,18 +89,13 @@ async def _route(client: RemotingClient, namesrv: str, topic: str) -> dict | Non
             return None
         if resp.code != ResponseCode.SUCCESS:
             raise DlqError(f"route of {topic} from {addr}: {resp.remark}", resp.code)
-        return fastjson.loads(resp.body_bytes())
+        return TopicRouteData.decode(resp.body_bytes())
     raise last or DlqError(f"no name server address in {namesrv!r}")
 
 
-def _masters(route: dict) -> dict[str, str]:
+def _masters(route: TopicRouteData) -> dict[str, str]:
     """brokerName -> master address."""
-    out = {}
-    for bd in route.get("brokerDatas") or ():
-        addrs = {int(k): v for k, v in (bd.get("brokerAddrs") or {}).items()}
-        if 0 in addrs:
-            out[bd["brokerName"]] = addrs[0]
-    return out
+    return {b.broker_name: b.master for b in route.broker_datas if b.master}
 
 
 async def _offset(client: RemotingClient, addr: str, code: int, topic: str, queue_id: int) -> int:
@@ -114,17 +112,17 @@ async def _scan(client: RemotingClient, namesrv: str, group: str, limit: int | N
         return []
     masters = _masters(route)
     out: list[DeadLetter] = []
-    for qd in sorted(route.get("queueDatas") or (), key=lambda q: q["brokerName"]):
-        addr = masters.get(qd["brokerName"])
+    for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        addr = masters.get(qd.broker_name)
         if addr is None:
             continue
-        for queue_id in range(int(qd.get("readQueueNums", 1))):
+        for queue_id in range(qd.read_queue_nums):
             offset = await _offset(client, addr, RequestCode.GET_MIN_OFFSET, topic, queue_id)
             end = await _offset(client, addr, RequestCode.GET_MAX_OFFSET, topic, queue_id)
             while offset < end and (limit is None or len(out) < limit):
                 resp = await _invoke(client, addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, {
                     "consumerGroup": TOOLS_GROUP, "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
-                    "maxMsgNums": str(PULL_BATCH), "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "0",
+                    "maxMsgNums": str(PULL_BATCH), "sysFlag": str(int(PullSysFlag.SUBSCRIPTION)), "commitOffset": "0", "suspendTimeoutMillis": "0",
                     "subscription": "*", "subVersion": "0",
                 }))
                 if resp.code != ResponseCode.SUCCESS:
@@ -136,8 +134,8 @@ async def _scan(client: RemotingClient, namesrv: str, group: str, limit: int | N
                 for m in decode_messages(resp.body_bytes()):
                     props = m.properties
                     out.append(DeadLetter(
-                        msg_id=m.msg_id, uniq_key=props.get("UNIQ_KEY"), original_topic=props.get("RETRY_TOPIC"),
-                        origin_msg_id=props.get("ORIGIN_MESSAGE_ID"), broker_addr=addr, queue_id=m.queue_id,
+                        msg_id=m.msg_id, uniq_key=props.get(P.UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+                        original_topic=props.get(P.RETRY_TOPIC), origin_msg_id=props.get(P.ORIGIN_MESSAGE_ID), broker_addr=addr, queue_id=m.queue_id,
                         queue_offset=m.queue_offset, reconsume_times=m.reconsume_times,
                         store_timestamp=m.store_timestamp, born_timestamp=m.born_timestamp, flag=m.flag,
                         sys_flag=m.sys_flag, body=m.body, properties=props,
@@ -161,7 +159,7 @@ async def resend_dlq(namesrv: str, group: str, msg_ids: list[str] | None = None)
         letters = await _scan(client, namesrv, group, None)
         if wanted is not None:
             letters = [d for d in letters if d.msg_id in wanted or d.uniq_key in wanted]
-        routes: dict[str, dict | None] = {}
+        routes: dict[str, TopicRouteData | None] = {}
         for letter in letters:
             topic = letter.original_topic
             if not topic:
@@ -171,7 +169,7 @@ async def resend_dlq(namesrv: str, group: str, msg_ids: list[str] | None = None)
             addr, queue_id = _target(routes[topic], letter)
             props = {k: v for k, v in letter.properties.items() if k not in BOOKKEEPING}
             fields = {
-                "a": "DLQ_RESEND_PRODUCER", "b": topic, "c": "TBW102", "d": 4, "e": queue_id,
+                "a": "DLQ_RESEND_PRODUCER", "b": topic, "c": AUTO_CREATE_TOPIC_KEY, "d": 4, "e": queue_id,
                 "f": letter.sys_flag & (COMPRESSED_FLAG | 0x700), "g": int(time.time() * 1000), "h": letter.flag,
                 "i": encode_properties(props), "j": 0, "k": False,
             }
@@ -182,15 +180,15 @@ async def resend_dlq(namesrv: str, group: str, msg_ids: list[str] | None = None)
     return sent
 
 
-def _target(route: dict | None, letter: DeadLetter) -> tuple[str, int]:
+def _target(route: TopicRouteData | None, letter: DeadLetter) -> tuple[str, int]:
     """A writable master queue of the original topic; the DLQ's broker (topic auto-created) when it has no route."""
     if route:
         masters = _masters(route)
         choices = [
-            (masters[qd["brokerName"]], q)
-            for qd in route.get("queueDatas") or ()
-            if qd["brokerName"] in masters and int(qd.get("perm", 6)) & 2
-            for q in range(int(qd.get("writeQueueNums", 0)))
+            (masters[qd.broker_name], q)
+            for qd in route.queue_datas
+            if qd.broker_name in masters and qd.writable
+            for q in range(qd.write_queue_nums)
         ]
         if choices:
             return random.choice(choices)

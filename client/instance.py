@@ -28,13 +28,13 @@ from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand, next_opaque
 from pyrmq.remoting.errors import RemotingClosed, RemotingConnectError, RemotingError, RemotingTimeout
+from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY, MASTER_ID
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.consumer import ConsumerCore
 
 log = logging.getLogger("pyrmq.client")
 
-AUTO_CREATE_TOPIC_KEY = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4
 _UNREACHABLE = (RemotingConnectError, RemotingTimeout, RemotingClosed)
 
@@ -167,9 +167,9 @@ class ClientInstance:
         known_addrs = {a for addrs in self.brokers.values() for a in addrs.values()}
         new_broker = False
         for b in route.broker_datas:
-            if self.brokers.get(b.broker_name) != dict(b.addrs):
-                new_broker = new_broker or bool(set(b.addrs.values()) - known_addrs)
-                self.brokers[b.broker_name] = dict(b.addrs)
+            if self.brokers.get(b.broker_name) != dict(b.broker_addrs):
+                new_broker = new_broker or bool(set(b.broker_addrs.values()) - known_addrs)
+                self.brokers[b.broker_name] = dict(b.broker_addrs)
         if for_producer or route.topic in self.publish:
             if old != route or route.topic not in self.publish:
                 self.publish[route.topic] = PublishInfo(route)
@@ -229,15 +229,15 @@ class ClientInstance:
         addrs = self.brokers.get(broker_name)
         if not addrs:
             return None
-        if 0 in addrs or master_only:
-            return addrs.get(0)
+        if MASTER_ID in addrs or master_only:
+            return addrs.get(MASTER_ID)
         return next(iter(addrs.values()), None)
 
     def all_broker_addrs(self, *, masters_only: bool = False) -> list[str]:
         out = []
         for addrs in self.brokers.values():
             for broker_id, addr in addrs.items():
-                if broker_id == 0 or not masters_only:
+                if broker_id == MASTER_ID or not masters_only:
                     out.append(addr)
         return sorted(set(out))
 

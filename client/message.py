@@ -17,7 +17,17 @@ from typing import Any
 
 import attrs
 
-from pyrmq.store.format import COMPRESSED_FLAG, HEADER_STRUCTS, INT, encode_message_id
+from pyrmq.remoting.message import (
+    COMPRESSED_FLAG,
+    HEADER_STRUCTS,
+    INT,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
+    decode_properties,
+    encode_message_id,
+    encode_properties,
+)
+from pyrmq.remoting.vocabulary import SYSTEM_PROPERTIES, MessageProperty
 
 __all__ = [
     "Message",
@@ -34,52 +44,13 @@ __all__ = [
     "SYSTEM_PROPERTIES",
 ]
 
-# Property keys (MessageConst, spec 5.3)
-KEYS = "KEYS"
-TAGS = "TAGS"
-WAIT = "WAIT"
-DELAY = "DELAY"
-RETRY_TOPIC = "RETRY_TOPIC"
-REAL_TOPIC = "REAL_TOPIC"
-REAL_QID = "REAL_QID"
-UNIQ_KEY = "UNIQ_KEY"
-MIN_OFFSET = "MIN_OFFSET"
-MAX_OFFSET = "MAX_OFFSET"
-ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-RECONSUME_TIME = "RECONSUME_TIME"
-MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-CONSUME_START_TIME = "CONSUME_START_TIME"
-TRAN_MSG = "TRAN_MSG"
-PGROUP = "PGROUP"
-CLUSTER = "CLUSTER"
+P = MessageProperty  # property names (spec 5.3)
 
-#: keys a user may not set through ``Message.properties`` (Java's MessageConst.STRING_HASH_SET, the ones that matter)
-SYSTEM_PROPERTIES = frozenset({
-    KEYS, TAGS, WAIT, DELAY, RETRY_TOPIC, REAL_TOPIC, REAL_QID, UNIQ_KEY, MIN_OFFSET, MAX_OFFSET, ORIGIN_MESSAGE_ID,
-    RECONSUME_TIME, MAX_RECONSUME_TIMES, CONSUME_START_TIME, TRAN_MSG, PGROUP, CLUSTER, "TRAN_PREPARED_QUEUE_OFFSET",
-    "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS", "MSG_REGION", "TRACE_ON", "INSTANCE_ID",
-    "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "MSG_TYPE", "BUYER_ID",
-})
+_NV = NAME_VALUE_SEPARATOR
+_SEP = PROPERTY_SEPARATOR
 
-_NV = "\u0001"
-_SEP = "\u0002"
-
-
-def encode_properties(properties: Mapping[str, str]) -> str:
-    """``key\\x01value\\x02...`` without a trailing separator; None values skipped (spec 5.3)."""
-    return _SEP.join([f"{k}{_NV}{v}" for k, v in properties.items() if v is not None])
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java's ``string2messageProperties``: a segment counts only with a non-empty key and value."""
-    out: dict[str, str] = {}
-    if not text:
-        return out
-    for item in text.split(_SEP):
-        i = item.find(_NV)
-        if 0 < i < len(item) - 1:
-            out[item[:i]] = item[i + 1:]
-    return out
+#: Java's ``string2messageProperties``: a segment counts only with a non-empty key and value
+parse_properties = decode_properties
 
 
 def _keys(value: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -142,13 +113,13 @@ class Message:
         """The properties the client adds from the attributes (UNIQ_KEY is added at send time)."""
         props: dict[str, str] = {}
         if self.keys:
-            props[KEYS] = " ".join(self.keys)
+            props[P.KEYS] = " ".join(self.keys)
         if self.tags:
-            props[TAGS] = self.tags
+            props[P.TAGS] = self.tags
         if self.delay_time_level > 0:
-            props[DELAY] = str(self.delay_time_level)
+            props[P.DELAY_TIME_LEVEL] = str(self.delay_time_level)
         if not self.wait_store_msg_ok:
-            props[WAIT] = "false"
+            props[P.WAIT_STORE_MSG_OK] = "false"
         return props
 
 
@@ -247,21 +218,21 @@ class MessageExt:
         if props is None:
             props = self._properties = _parse_raw(self.raw_properties)
             if self.min_offset >= 0:
-                props.setdefault(MIN_OFFSET, str(self.min_offset))
-                props.setdefault(MAX_OFFSET, str(self.max_offset))
+                props.setdefault(P.MIN_OFFSET, str(self.min_offset))
+                props.setdefault(P.MAX_OFFSET, str(self.max_offset))
         return props
 
     @property
     def tags(self) -> str | None:
-        return self.properties.get(TAGS)
+        return self.properties.get(P.TAGS)
 
     @property
     def keys(self) -> tuple[str, ...]:
-        return _keys(self.properties.get(KEYS))
+        return _keys(self.properties.get(P.KEYS))
 
     @property
     def uniq_key(self) -> str | None:
-        return self.properties.get(UNIQ_KEY)
+        return self.properties.get(P.UNIQ_CLIENT_MESSAGE_ID_KEYIDX)
 
     @property
     def offset_msg_id(self) -> str:
@@ -269,11 +240,11 @@ class MessageExt:
 
     @property
     def msg_id(self) -> str:
-        return self.properties.get(UNIQ_KEY) or self.offset_msg_id
+        return self.properties.get(P.UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or self.offset_msg_id
 
     @property
     def delay_time_level(self) -> int:
-        return int(self.properties.get(DELAY) or 0)
+        return int(self.properties.get(P.DELAY_TIME_LEVEL) or 0)
 
     @property
     def message_queue(self) -> MessageQueue:

@@ -29,11 +29,8 @@ from pyrmq.client.config import ClientConfig, check_name
 from pyrmq.client.errors import BrokerError, ClientStateError, InvalidMessageError, SendFailedError
 from pyrmq.client.fault import FaultStrategy
 from pyrmq.client.ids import UniqIdGenerator
-from pyrmq.client.instance import AUTO_CREATE_TOPIC_KEY, DEFAULT_TOPIC_QUEUE_NUMS, ClientInstance
+from pyrmq.client.instance import DEFAULT_TOPIC_QUEUE_NUMS, ClientInstance
 from pyrmq.client.message import (
-    MAX_RECONSUME_TIMES,
-    RECONSUME_TIME,
-    UNIQ_KEY,
     Message,
     MessageQueue,
     SendResult,
@@ -43,17 +40,19 @@ from pyrmq.client.message import (
 from pyrmq.client.selectors import MessageQueueSelector, select_by_hash
 from pyrmq.client.send_types import FunctionHook, SendContext, SendFuture, SendHook
 from pyrmq.client.service import ClientService
-from pyrmq.client.validation import MAX_MESSAGE_SIZE, MAX_PROPERTIES_SIZE, validate_message
+from pyrmq.client.validation import MAX_MESSAGE_SIZE, MAX_PROPERTIES_SIZE, validate_message, validate_topic
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingClosed, RemotingError, RemotingTimeout
-from pyrmq.store.format import COMPRESSED_FLAG, BatchEntry, encode_batch_body
+from pyrmq.remoting.message import COMPRESSED_FLAG, BatchEntry, encode_batch_body
+from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY
+from pyrmq.remoting.vocabulary import RETRY_GROUP_TOPIC_PREFIX as RETRY_TOPIC_PREFIX
+from pyrmq.remoting.vocabulary import MessageProperty
 
 __all__ = ["Producer", "SendContext", "SendHook", "SendFuture", "validate_message"]
 
 log = logging.getLogger("pyrmq.client.producer")
 
-RETRY_TOPIC_PREFIX = "%RETRY%"
 #: broker codes after which a sync send tries again (4.9.8 DefaultMQProducer#retryResponseCodes)
 RETRY_CODES = frozenset({17, 14, 1, 16, 204, 205})
 _QUEUE_NUMS = str(DEFAULT_TOPIC_QUEUE_NUMS)
@@ -167,13 +166,13 @@ class Producer(ClientService):
             props.update(extra_properties)
             if msg.topic.startswith(RETRY_TOPIC_PREFIX):
                 # the retry counts travel in the header for %RETRY% topics (Java's sendKernelImpl)
-                if RECONSUME_TIME in props:
-                    reconsume = int(props.pop(RECONSUME_TIME))
-                if MAX_RECONSUME_TIMES in props:
-                    max_reconsume = int(props.pop(MAX_RECONSUME_TIMES))
-        if extra_properties and extra_properties.get(UNIQ_KEY):
-            uniq = extra_properties[UNIQ_KEY]  # a message given back for a retry keeps its id (Java setUniqID)
-        props[UNIQ_KEY] = uniq
+                if MessageProperty.RECONSUME_TIME in props:
+                    reconsume = int(props.pop(MessageProperty.RECONSUME_TIME))
+                if MessageProperty.MAX_RECONSUME_TIMES in props:
+                    max_reconsume = int(props.pop(MessageProperty.MAX_RECONSUME_TIMES))
+        if extra_properties and extra_properties.get(MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX):
+            uniq = extra_properties[MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX]  # a message given back for a retry keeps its id (Java setUniqID)
+        props[MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
         text = encode_properties(props)
         if len(text) > MAX_PROPERTIES_SIZE // 4 and len(text.encode("utf-8")) > MAX_PROPERTIES_SIZE:
             raise InvalidMessageError(f"the message properties take more than {MAX_PROPERTIES_SIZE} bytes")
@@ -204,7 +203,7 @@ class Producer(ClientService):
             if msg.properties or msg.keys or msg.tags or not msg.wait_store_msg_ok:
                 props = msg.system_properties()
                 props.update(msg.properties)
-                props[UNIQ_KEY] = uniq
+                props[MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
                 text = encode_properties(props)
             else:
                 text = f"UNIQ_KEY\u0001{uniq}"
@@ -216,7 +215,7 @@ class Producer(ClientService):
         entries = self._batch_entries(msgs)
         limit = self.max_message_size
         first = msgs[0]
-        outer = None if first.wait_store_msg_ok else encode_properties({"WAIT": "false"})
+        outer = None if first.wait_store_msg_ok else encode_properties({MessageProperty.WAIT_STORE_MSG_OK: "false"})
         chunks: list[_Prepared] = []
         start = size = 0
 
@@ -271,7 +270,7 @@ class Producer(ClientService):
                 mq = MessageQueue(mq.topic, mq.broker_name, int(qid))
             return SendResult(
                 status, p.uniq_key, ext.get("msgId", ""), mq,
-                int(ext.get("queueOffset", -1)), ext.get("MSG_REGION", "DefaultRegion"), ext.get("TRACE_ON", "true") != "false",
+                int(ext.get("queueOffset", -1)), ext.get(MessageProperty.MSG_REGION, "DefaultRegion"), ext.get(MessageProperty.TRACE_SWITCH, "true") != "false",
                 ext.get("transactionId"),
             )
         except ValueError as exc:
@@ -414,6 +413,25 @@ class Producer(ClientService):
         ``msg_id`` joins the messages' UNIQ_KEYs with commas and whose ``queue_offset`` is the first message's."""
         self._ready()
         return [await self._send_prepared(p, queue=queue, timeout=timeout) for p in self._prepare_batches(list(msgs))]
+
+    async def send_encoded_batch(
+        self, topic: str, entries: Sequence[BatchEntry], uniq_keys: Sequence[str], *,
+        queue: MessageQueue | None = None, timeout: float | None = None,
+    ) -> SendResult:
+        """SEND_BATCH_MESSAGE of entries the caller encoded itself (spec 5.8), for bulk writers that build them from
+        columns (the Spark sink). Each entry's properties must already hold its UNIQ_KEY (``uniq_keys``, in order;
+        :class:`pyrmq.client.ids.UniqIdGenerator` makes them); only the topic and the total size are checked here.
+        Queue choice, retries, fault tolerance and the TBW102 fallback are :meth:`send`'s. Send hooks see the
+        entries as the context's message."""
+        self._ready()
+        validate_topic(topic)
+        if not entries:
+            raise InvalidMessageError("the batch is empty")
+        body = encode_batch_body(list(entries))
+        if len(body) > self.max_message_size:
+            raise InvalidMessageError(f"the batch is {len(body)} bytes, over {self.max_message_size}")
+        p = _Prepared(topic, body, 0, None, ",".join(uniq_keys), 0, None, None, True, list(entries))
+        return await self._send_prepared(p, queue=queue, timeout=timeout)
 
     # -- oneway ----------------------------------------------------------------------------------------------
 

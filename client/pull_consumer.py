@@ -8,7 +8,8 @@
             await consumer.commit_offset(mq, result.next_begin_offset)
 
 ``pull`` answers at once; ``pull(..., block=True)`` is a long poll the broker holds until a message arrives or
-``suspend_ms`` passes. Offsets are yours: keep them elsewhere, or ``update_offset`` (committed every 5 s and at
+``suspend_ms`` passes; ``pull_range`` keeps a window of pulls in flight over a range of offsets and hands out the
+raw bodies (bulk readers such as the Spark data source). Offsets are yours: keep them elsewhere, or ``update_offset`` (committed every 5 s and at
 shutdown) / ``commit_offset`` (now) to the broker (clustering) or a local file (broadcasting).
 """
 
@@ -16,17 +17,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import trio
 
-from pyrmq.client import api
+from pyrmq.client import api, pipelined_pull
 from pyrmq.client.config import ClientConfig
 from pyrmq.client.consumer import ConsumeFrom, ConsumerCore, MessageModel, Subscription
 from pyrmq.client.errors import TopicNotFoundError
 from pyrmq.client.instance import ClientInstance
 from pyrmq.client.message import MessageQueue, PullResult
 from pyrmq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
+from pyrmq.client.pipelined_pull import PULL_WINDOW, RawPullBatch
+from pyrmq.remoting.vocabulary import PullSysFlag
 
 __all__ = ["PullConsumer"]
 
@@ -108,13 +111,35 @@ class PullConsumer(ConsumerCore):
         """PULL_MESSAGE from ``offset`` with a filter expression; tags are re-checked client side."""
         self._check_started()
         sub = Subscription.build(mq.topic, expression, expression_type)
-        sys_flag = api.FLAG_SUBSCRIPTION | (api.FLAG_SUSPEND if block else 0)
+        sys_flag = int(PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if block else 0))
         if timeout is None:
             timeout = suspend_ms / 1000 + 10 if block else self.instance.config.api_timeout + 7
         return await api.pull(
             self.instance, await self._addr(mq), mq, self.group, offset, max_nums=max_nums, sys_flag=sys_flag,
             suspend_ms=suspend_ms if block else 0, sub_version=sub.version, subscription=sub.expression,
             expression_type=sub.expression_type, timeout=timeout, tags=sub.tags or None,
+        )
+
+    async def pull_range(
+        self,
+        mq: MessageQueue,
+        start: int,
+        end: int,
+        deliver: Callable[[RawPullBatch], Awaitable[bool]],
+        *,
+        expression: str = "*",
+        expression_type: str = "TAG",
+        window: int = PULL_WINDOW,
+        timeout: float | None = None,
+    ) -> None:
+        """Queue offsets ``[start, end)`` of ``mq`` with ``window`` pulls in flight, undecoded: ``await
+        deliver(batch)`` for each answer in offset order (stop early by returning False). For bulk readers that
+        decode record bodies themselves (:mod:`pyrmq.client.pipelined_pull`); nothing is committed."""
+        self._check_started()
+        await pipelined_pull.pull_range(
+            self.instance, await self._addr(mq), mq, start, end, deliver, group=self.group, subscription=expression,
+            expression_type=expression_type, window=window,
+            timeout=self.instance.config.api_timeout + 7 if timeout is None else timeout,
         )
 
     # -- offsets ---------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.producer import Producer
 from pyrmq.client.rebalance import LOCK_RETRY_DELAY, Rebalancer
 from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.vocabulary import PullSysFlag
 
 __all__ = ["PushConsumer"]
 
@@ -85,6 +86,7 @@ class PushConsumer(ConsumerCore):
         orderly: bool = False,
         allocate_strategy: str | Callable[..., list[MessageQueue]] = "AVG",
         allocate_options: Mapping[str, Any] | None = None,
+        plugins: Iterable[object] = (),
         consume_thread_max: int = 20,
         pull_batch_size: int = 32,
         pull_threshold_for_queue: int = 1000,
@@ -104,7 +106,8 @@ class PushConsumer(ConsumerCore):
             self.subscribe(topic, expression)
         self.listener = listener
         self.orderly = orderly
-        self.allocate = resolve_strategy(allocate_strategy, allocate_options)
+        # this consumer's own plugin table: the client bundle, entry points and ``plugins`` (no process-wide cache)
+        self.allocate = resolve_strategy(allocate_strategy, allocate_options, plugins=plugins)
         self.consume_thread_max = consume_thread_max
         self.pull_batch_size = pull_batch_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
@@ -288,7 +291,7 @@ class PushConsumer(ConsumerCore):
                 if sub is None:
                     return
                 commit = store.read_memory(mq) if self.clustering else -1
-                sys_flag = api.FLAG_SUSPEND | (api.FLAG_COMMIT_OFFSET if commit > 0 else 0)
+                sys_flag = int(PullSysFlag.SUSPEND | (PullSysFlag.COMMIT_OFFSET if commit > 0 else 0))
                 pq.last_pull_time = time.monotonic()
                 try:
                     addr = instance.broker_addr(mq.broker_name) or await instance.broker_addr_for(mq)

@@ -23,6 +23,7 @@ from pyrmq.client.errors import BrokerError
 from pyrmq.client.message import MessageQueue
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.remoting.errors import RemotingError
+from pyrmq.remoting.vocabulary import RETRY_GROUP_TOPIC_PREFIX
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.push_consumer import PushConsumer
@@ -86,7 +87,7 @@ class Rebalancer:
         if not mq_all:
             # the broker creates %RETRY%<group> on our first heartbeat and registers it a moment later: look again
             # soon rather than at the next 20 s round (a topic nobody created yet waits for the route refresh)
-            return topic.startswith("%RETRY%") and time.monotonic() - self.c._started_at < 30
+            return topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and time.monotonic() - self.c._started_at < 30
         if self.c.clustering:
             cids = await self._consumer_ids(topic)
             if not cids:
@@ -176,7 +177,7 @@ class Rebalancer:
         offset = await self.c.offset_store.read_store(mq)
         if offset >= 0:
             return offset
-        is_retry = mq.topic.startswith("%RETRY%")
+        is_retry = mq.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         if self.c.consume_from is ConsumeFrom.FIRST_OFFSET:
             return 0
         addr = await self.c.instance.broker_addr_for(mq)

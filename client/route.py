@@ -12,41 +12,15 @@ from typing import Any
 import attrs
 
 from pyrmq.client.message import MessageQueue
-from pyrmq.remoting import fastjson
+from pyrmq.remoting.route import BrokerData, QueueData, TopicRouteData
+from pyrmq.remoting.vocabulary import Permission
 
-__all__ = ["TopicRoute", "QueueData", "BrokerData", "PublishInfo", "PERM_READ", "PERM_WRITE", "PERM_INHERIT"]
-
-PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
-MASTER_ID = 0
-
-
-@attrs.frozen
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-
-@attrs.frozen
-class BrokerData:
-    cluster: str
-    broker_name: str
-    #: broker id -> "ip:port"; id 0 is the master
-    addrs: Mapping[int, str]
-
-    @property
-    def master(self) -> str | None:
-        return self.addrs.get(MASTER_ID)
-
-    def any_addr(self) -> str | None:
-        return self.addrs.get(MASTER_ID) or next(iter(self.addrs.values()), None)
+__all__ = ["TopicRoute", "QueueData", "BrokerData", "PublishInfo"]
 
 
 @attrs.frozen
 class TopicRoute:
-    """A decoded TopicRouteData body."""
+    """A decoded TopicRouteData body, for one topic."""
 
     topic: str
     queue_datas: tuple[QueueData, ...]
@@ -55,43 +29,18 @@ class TopicRoute:
 
     @classmethod
     def from_body(cls, topic: str, body: bytes) -> TopicRoute:
-        return cls.from_json(topic, fastjson.loads(body))
+        return cls.from_data(topic, TopicRouteData.decode(body))
 
     @classmethod
     def from_json(cls, topic: str, data: Mapping[str, Any]) -> TopicRoute:
-        queues = tuple(
-            QueueData(
-                str(q["brokerName"]),
-                int(q.get("readQueueNums", 0)),
-                int(q.get("writeQueueNums", 0)),
-                int(q.get("perm", PERM_READ | PERM_WRITE)),
-                int(q.get("topicSysFlag", q.get("topicSynFlag", 0)) or 0),
-            )
-            for q in data.get("queueDatas") or ()
-        )
-        brokers = tuple(
-            BrokerData(
-                str(b.get("cluster", "")),
-                str(b["brokerName"]),
-                {int(k): str(v) for k, v in (b.get("brokerAddrs") or {}).items()},
-            )
-            for b in data.get("brokerDatas") or ()
-        )
-        return cls(topic, queues, brokers, data.get("orderTopicConf") or None)
+        return cls.from_data(topic, TopicRouteData.from_json(data))
+
+    @classmethod
+    def from_data(cls, topic: str, data: TopicRouteData) -> TopicRoute:
+        return cls(topic, data.queue_datas, data.broker_datas, data.order_topic_conf)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "brokerDatas": [
-                {"cluster": b.cluster, "brokerName": b.broker_name, "brokerAddrs": {str(k): v for k, v in sorted(b.addrs.items())}}
-                for b in self.broker_datas
-            ],
-            "queueDatas": [
-                {"brokerName": q.broker_name, "readQueueNums": q.read_queue_nums, "writeQueueNums": q.write_queue_nums,
-                 "perm": q.perm, "topicSysFlag": q.topic_sys_flag}
-                for q in self.queue_datas
-            ],
-            **({"orderTopicConf": self.order_topic_conf} if self.order_topic_conf else {}),
-        }
+        return TopicRouteData(self.queue_datas, self.broker_datas, self.order_topic_conf).to_json()
 
     def broker(self, broker_name: str) -> BrokerData | None:
         for b in self.broker_datas:
@@ -120,7 +69,7 @@ class TopicRoute:
                     out.extend(MessageQueue(self.topic, name, i) for i in range(int(num)))
             return out
         for q in sorted(self.queue_datas, key=lambda q: q.broker_name):
-            if not q.perm & PERM_WRITE:
+            if not q.perm & Permission.WRITE:
                 continue
             broker = self.broker(q.broker_name)
             if broker is None or broker.master is None:
@@ -132,7 +81,7 @@ class TopicRoute:
         """Readable queues (Java ``topicRouteData2TopicSubscribeInfo``)."""
         out: list[MessageQueue] = []
         for q in self.queue_datas:
-            if q.perm & PERM_READ:
+            if q.perm & Permission.READ:
                 out.extend(MessageQueue(self.topic, q.broker_name, i) for i in range(q.read_queue_nums))
         return sorted(out)
 

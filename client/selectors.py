@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from pyrmq.client.message import Message, MessageQueue
-from pyrmq.store.format import java_string_hash
+from pyrmq.remoting.message import java_string_hash
 
 __all__ = ["MessageQueueSelector", "java_hash_code", "select_by_hash", "select_by_random"]
 

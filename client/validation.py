@@ -7,15 +7,27 @@ from __future__ import annotations
 from pyrmq.client.config import check_name
 from pyrmq.client.errors import InvalidMessageError
 from pyrmq.client.message import SYSTEM_PROPERTIES, Message
+from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY, SCHEDULE_TOPIC
 
-__all__ = ["validate_message", "MAX_MESSAGE_SIZE", "MAX_PROPERTIES_SIZE", "NOT_ALLOWED_SEND_TOPICS"]
+__all__ = ["validate_message", "validate_topic", "MAX_MESSAGE_SIZE", "MAX_PROPERTIES_SIZE", "NOT_ALLOWED_SEND_TOPICS"]
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 MAX_PROPERTIES_SIZE = 32767
 #: topics no producer may send to (spec 2.4)
-NOT_ALLOWED_SEND_TOPICS = frozenset({"SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                     "TRANS_CHECK_MAX_TIME_TOPIC", "TBW102"})
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+                                     "TRANS_CHECK_MAX_TIME_TOPIC", AUTO_CREATE_TOPIC_KEY})
 _VALID_TOPICS: set[str] = set()
+
+
+def validate_topic(topic: str) -> None:
+    """A topic a producer may send to: a valid name, not a system topic (InvalidMessageError saying why)."""
+    if topic in _VALID_TOPICS:
+        return
+    check_name("topic", topic)
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        raise InvalidMessageError(f"sending to the system topic {topic!r} is not allowed")
+    if len(_VALID_TOPICS) < 10_000:
+        _VALID_TOPICS.add(topic)
 
 
 def validate_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE) -> None:
@@ -23,11 +35,7 @@ def validate_message(msg: Message, max_message_size: int = MAX_MESSAGE_SIZE) -> 
     if not isinstance(msg, Message):
         raise InvalidMessageError(f"expected a Message, got {type(msg).__name__}")
     if msg.topic not in _VALID_TOPICS:
-        check_name("topic", msg.topic)
-        if msg.topic in NOT_ALLOWED_SEND_TOPICS:
-            raise InvalidMessageError(f"sending to the system topic {msg.topic!r} is not allowed")
-        if len(_VALID_TOPICS) < 10_000:
-            _VALID_TOPICS.add(msg.topic)
+        validate_topic(msg.topic)
     if not msg.body:
         raise InvalidMessageError(f"the message body is empty (topic {msg.topic!r})")
     if len(msg.body) > max_message_size:

@@ -1,7 +1,9 @@
 """pyrmq.remoting: the RocketMQ 4.x wire protocol on trio (spec sections 1-4 and 8).
 
 Sans-IO parts: ``codes`` (request/response codes), ``command`` (``RemotingCommand`` and its header codecs),
-``framing`` (``FrameDecoder``), ``headers`` (custom headers), ``fastjson`` (tolerant JSON bodies).
+``framing`` (``FrameDecoder``), ``headers`` (custom headers), ``fastjson`` (tolerant JSON bodies), ``vocabulary``
+(flag and permission bits, property and topic names), ``route`` (topic route records), ``message`` (the message
+record codec: pull bodies, batch bodies, properties, message ids; the store re-exports it).
 trio parts: ``connection`` (one socket, both directions), ``server`` (``RemotingServer``), ``client``
 (``RemotingClient``), ``blocking`` (``BlockingRemotingClient`` for plain threads).
 This package imports nothing from pyrmq.kernel, pyrmq.store or pyrmq.plugins.

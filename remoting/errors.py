@@ -10,6 +10,7 @@ __all__ = [
     "RemotingTimeout",
     "RemotingClosed",
     "RemotingCommandError",
+    "CorruptRecordError",
 ]
 
 
@@ -68,3 +69,18 @@ class RemotingCommandError(RemotingError):
         super().__init__(f"response code {code}: {remark or ''}".rstrip(": "))
         self.code = code
         self.remark = remark
+
+
+class CorruptRecordError(ProtocolError):
+    """Bytes at ``file``/``pos`` are not a valid message record (bad magic, size, CRC or a short read).
+
+    ``file`` is None for records that came over the wire (a pull or batch-send body); the store passes the
+    segment's path. :mod:`pyrmq.store.errors` re-exports this class under the same name.
+    """
+
+    def __init__(self, file: str | None, pos: int, reason: str) -> None:
+        self.file = file
+        self.pos = pos
+        self.reason = reason
+        where = f"{file}@{pos}" if file else f"@{pos}"
+        super().__init__(f"corrupt record at {where}: {reason}")

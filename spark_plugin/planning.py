@@ -1,6 +1,7 @@
 """From options to queue ranges: resolve starting/ending offsets per message queue, split large ranges.
 
-Runs on the driver (batch planning and every micro-batch), asking the brokers over remoting; pure Python.
+Runs on the driver (batch planning and every micro-batch), asking the name servers and brokers through
+:class:`pyrmq.client.BlockingPullConsumer`; pure Python.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from .broker_client import BrokerClient, MessageQueue
+from pyrmq.client import BlockingPullConsumer, ClientConfig, MessageQueue, PullStatus
+
 from .options import EARLIEST, LATEST, OffsetSpec, OptionError, ReadOptions
 
 
@@ -20,7 +22,6 @@ class QueueRange:
     topic: str
     broker_name: str
     queue_id: int
-    addr: str
     start: int
     end: int
     store_root: str | None = None
@@ -34,7 +35,43 @@ def queue_key(mq: MessageQueue) -> tuple[str, int]:
     return (mq.broker_name, mq.queue_id)
 
 
-def resolve(client: BrokerClient, topic: str, queues: Sequence[MessageQueue], spec: OffsetSpec, option: str) -> dict[tuple[str, int], int]:
+def open_consumer(namesrv: str, group: str, timeout: float) -> BlockingPullConsumer:
+    """A started pull consumer of the client library for the data source's requests (close it with ``shutdown``)."""
+    consumer = BlockingPullConsumer(namesrv, group, config=ClientConfig(namesrv_addr=namesrv, api_timeout=timeout))
+    consumer.start()
+    return consumer
+
+
+def store_time(consumer: BlockingPullConsumer, mq: MessageQueue, offset: int) -> int | None:
+    """The store timestamp of the message at ``offset`` (None when there is none)."""
+    result = consumer.pull(mq, "*", offset, 1)
+    if result.status is not PullStatus.FOUND or not result.messages:
+        return None
+    return result.messages[0].store_timestamp
+
+
+def offset_for_time(consumer: BlockingPullConsumer, mq: MessageQueue, timestamp: int) -> int:
+    """The first queue offset whose store time is >= ``timestamp`` (exact, unlike the broker's "closest")."""
+    lo, hi = consumer.min_offset(mq), consumer.max_offset(mq)
+    if lo >= hi:
+        return hi
+    found = min(max(consumer.search_offset(mq, timestamp), lo), hi - 1)
+    # spec 7.13: the broker answers the closer of the two neighbours; step right while the time is earlier
+    # (at most once for the broker's binary search, but stay correct for any answer)
+    while found < hi:
+        ts = store_time(consumer, mq, found)
+        if ts is None or ts >= timestamp:
+            break
+        found += 1
+    while found > lo:
+        ts = store_time(consumer, mq, found - 1)
+        if ts is None or ts < timestamp:
+            break
+        found -= 1
+    return found
+
+
+def resolve(client: BlockingPullConsumer, topic: str, queues: Sequence[MessageQueue], spec: OffsetSpec, option: str) -> dict[tuple[str, int], int]:
     """The concrete offset of every queue for ``spec``."""
     out: dict[tuple[str, int], int] = {}
     if spec.kind == "map":
@@ -46,17 +83,17 @@ def resolve(client: BrokerClient, topic: str, queues: Sequence[MessageQueue], sp
             raise OptionError(option, f"topic {topic!r} has no queue {names} (its queues: {have})")
     for mq in queues:
         if spec.kind == "earliest":
-            out[queue_key(mq)] = client.min_offset(topic, mq)
+            out[queue_key(mq)] = client.min_offset(mq)
         elif spec.kind == "latest":
-            out[queue_key(mq)] = client.max_offset(topic, mq)
+            out[queue_key(mq)] = client.max_offset(mq)
         elif spec.kind == "timestamp":
-            out[queue_key(mq)] = client.offset_for_time(topic, mq, spec.timestamp)
+            out[queue_key(mq)] = offset_for_time(client, mq, spec.timestamp)
         else:
             value = spec.per_queue.get(queue_key(mq), spec.default)
             if value == EARLIEST:
-                value = client.min_offset(topic, mq)
+                value = client.min_offset(mq)
             elif value == LATEST:
-                value = client.max_offset(topic, mq)
+                value = client.max_offset(mq)
             out[queue_key(mq)] = value
     return out
 
@@ -90,17 +127,24 @@ def split(
             continue
         root = store_root_for(options, mq.broker_name, brokers)
         for lo in range(start, end, step):
-            out.append(QueueRange(options.topic, mq.broker_name, mq.queue_id, mq.addr, lo, min(end, lo + step), root))
+            out.append(QueueRange(options.topic, mq.broker_name, mq.queue_id, lo, min(end, lo + step), root))
     return out
 
 
 def plan_batch(options: ReadOptions) -> list[QueueRange]:
-    with BrokerClient(options.namesrv, timeout=options.timeout) as client:
-        route = client.route(options.topic)
-        queues = list(route.read_queues)
+    client = open_consumer(options.namesrv, options.consumer_group, options.timeout)
+    try:
+        queues = read_queues(client, options.topic)
         starts = resolve(client, options.topic, queues, options.starting, "startingOffsets")
         ends = resolve(client, options.topic, queues, options.ending, "endingOffsets")
+    finally:
+        client.shutdown()
     return split(options, queues, starts, ends)
+
+
+def read_queues(client: BlockingPullConsumer, topic: str) -> list[MessageQueue]:
+    """The topic's readable queues whose broker has a master, brokers in name order (what a partition pulls)."""
+    return [mq for mq in client.fetch_queues(topic) if client.consumer.instance.broker_addr(mq.broker_name)]
 
 
 def cap_per_trigger(

@@ -13,7 +13,7 @@ import struct
 import zlib
 from typing import Any
 
-from pyrmq.store.format import (
+from pyrmq.remoting.message import (
     BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     HEADER_STRUCTS,

@@ -7,26 +7,17 @@ Columns: ``body`` (binary or string, required), optional ``topic`` (else the opt
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from pyrmq.remoting.headers import SendMessageRequestHeader
-from pyrmq.store.format import (
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
-    BatchEntry,
-    encode_batch_body,
-    encode_properties,
-)
+from pyrmq.client import BlockingProducer, ClientConfig
+from pyrmq.client.ids import UniqIdGenerator
+from pyrmq.remoting.message import BatchEntry, encode_properties
+from pyrmq.remoting.vocabulary import MessageProperty
 
-from .broker_client import BrokerClient, BrokerError, MessageQueue, TopicNotFound, UniqueIds
 from .options import WriteOptions
 
 MAX_BATCH_BYTES = 1024 * 1024
-DEFAULT_TOPIC = "TBW102"
-DEFAULT_TOPIC_QUEUES = 4  # a Java producer's defaultTopicQueueNums: the queues an auto-created topic gets
 
 
 def _column(batch: Any, name: str) -> list | None:
@@ -56,66 +47,39 @@ def rows(batches: Iterable[Any], default_topic: str | None) -> Iterator[tuple[st
             if props is not None and props[i]:
                 p.update((k, v) for k, v in props[i] if v is not None)
             if tags is not None and tags[i]:
-                p[PROPERTY_TAGS] = tags[i]
+                p[MessageProperty.TAGS] = tags[i]
             if keys is not None and keys[i]:
-                p[PROPERTY_KEYS] = keys[i]
+                p[MessageProperty.KEYS] = keys[i]
             yield topic, body, p
 
 
 class BatchSender:
-    """Accumulates messages per topic and sends full batches, round-robin over the topic's writable queues."""
+    """Accumulates messages per topic as encoded batch entries and sends full batches through the client library's
+    producer, which turns over the topic's writable queues (and sends through TBW102 when the topic has no route
+    yet, spec 7.3). Entries are built straight from the columns: no per-row ``Message`` objects."""
 
-    def __init__(self, client: BrokerClient, options: WriteOptions) -> None:
-        self.client = client
+    def __init__(self, producer: BlockingProducer, options: WriteOptions) -> None:
+        self.producer = producer
         self.options = options
-        self.ids = UniqueIds()
-        self.pending: dict[str, tuple[list[BatchEntry], list[int]]] = {}
-        self.queues: dict[str, list[MessageQueue]] = {}
-        self.turn: dict[str, int] = {}
+        self.ids = UniqIdGenerator()
+        self.pending: dict[str, tuple[list[BatchEntry], list[str], list[int]]] = {}
         self.sent = 0
 
     def add(self, topic: str, body: bytes, properties: dict[str, str]) -> None:
-        properties[PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.ids.next()
+        uniq = properties[MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = self.ids.next()
         entry = BatchEntry(0, body, encode_properties(properties).encode("utf-8"))
-        entries, size = self.pending.setdefault(topic, ([], [0]))
+        entries, keys, size = self.pending.setdefault(topic, ([], [], [0]))
         entries.append(entry)
+        keys.append(uniq)
         size[0] += len(body) + len(entry.properties_bytes) + 22
         if len(entries) >= self.options.batch_size or size[0] >= MAX_BATCH_BYTES:
             self.flush(topic)
 
-    def _queue(self, topic: str) -> MessageQueue:
-        queues = self.queues.get(topic)
-        if queues is None:
-            try:
-                queues = list(self.client.route(topic).write_queues)
-            except TopicNotFound:
-                # like a Java producer: send through the default topic's route; the broker creates the topic
-                queues = [mq for mq in self.client.route(DEFAULT_TOPIC).write_queues if mq.queue_id < DEFAULT_TOPIC_QUEUES]
-            self.queues[topic] = queues
-            if not queues:
-                raise BrokerError(f"topic {topic!r} has no writable queue")
-            self.turn[topic] = hash(self.ids.prefix) % len(queues)
-        i = self.turn[topic] = (self.turn[topic] + 1) % len(queues)
-        return queues[i]
-
     def flush(self, topic: str) -> None:
-        entries, size = self.pending.pop(topic, ([], [0]))
+        entries, keys, _size = self.pending.pop(topic, ([], [], [0]))
         if not entries:
             return
-        mq = self._queue(topic)
-        header = SendMessageRequestHeader(
-            producer_group=self.options.producer_group,
-            topic=topic,
-            default_topic=DEFAULT_TOPIC,
-            default_topic_queue_nums=DEFAULT_TOPIC_QUEUES,
-            queue_id=mq.queue_id,
-            sys_flag=0,
-            born_timestamp=int(time.time() * 1000),
-            flag=0,
-            properties="",
-            batch=True,
-        )
-        self.client.send_batch(mq, header, encode_batch_body(entries))
+        self.producer.send_encoded_batch(topic, entries, keys, timeout=self.options.timeout)
         self.sent += len(entries)
 
     def flush_all(self) -> None:
@@ -125,8 +89,9 @@ class BatchSender:
 
 def send_batches(options: WriteOptions, batches: Iterable[Any]) -> int:
     """Send every row of ``batches``; return how many messages were sent."""
-    with BrokerClient(options.namesrv, timeout=options.timeout) as client:
-        sender = BatchSender(client, options)
+    config = ClientConfig(namesrv_addr=options.namesrv, api_timeout=options.timeout)
+    with BlockingProducer(options.namesrv, options.producer_group, config=config, send_timeout=options.timeout) as producer:
+        sender = BatchSender(producer, options)
         for topic, body, props in rows(batches, options.topic):
             sender.add(topic, body, props)
         sender.flush_all()

@@ -36,9 +36,10 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from .broker_client import BrokerClient, pull_range
+from pyrmq.client import BlockingPullConsumer, MessageQueue
+
 from .options import OptionError, ReadOptions, WriteOptions, offsets_from_json, offsets_to_json
-from .planning import QueueRange, cap_per_trigger, plan_batch, queue_key, resolve, split
+from .planning import QueueRange, cap_per_trigger, open_consumer, plan_batch, queue_key, read_queues, resolve, split
 from .records import COLUMNS, Columns
 from .sink import send_batches
 
@@ -67,13 +68,17 @@ def read_range(r: QueueRange | None, options: ReadOptions, arrow_schema: Any) ->
             reader.close()
         return
     cols = Columns(r.topic, r.broker_name, r.queue_id)
-    for body, lo, hi in pull_range(
-        r.addr, r.topic, r.queue_id, r.start, r.end, subscription=options.subscription, group=options.consumer_group, timeout=options.timeout
-    ):
-        cols.add_all(body, lo, hi)
-        if len(cols) >= ARROW_BATCH_ROWS:
-            yield cols.to_arrow(arrow_schema, options.tags)
-            cols = Columns(r.topic, r.broker_name, r.queue_id)
+    consumer = open_consumer(options.namesrv, options.consumer_group, options.timeout)
+    try:
+        # pipelined raw pulls through the client library; the records are decoded here in bulk (records.py)
+        mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
+        for batch in consumer.pull_range(mq, r.start, r.end, expression=options.subscription, timeout=options.timeout):
+            cols.add_all(batch.body, batch.start, batch.end)
+            if len(cols) >= ARROW_BATCH_ROWS:
+                yield cols.to_arrow(arrow_schema, options.tags)
+                cols = Columns(r.topic, r.broker_name, r.queue_id)
+    finally:
+        consumer.shutdown()
     if len(cols):
         yield cols.to_arrow(arrow_schema, options.tags)
 
@@ -154,21 +159,21 @@ class PyrmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: ReadOptions, schema: StructType) -> None:
         self.options = options
         self.schema = schema
-        self._client: BrokerClient | None = None
+        self._client: BlockingPullConsumer | None = None
         self._target: dict[tuple[str, int], int] | None = None  # Trigger.AvailableNow's end
 
     @property
-    def client(self) -> BrokerClient:
-        if self._client is None or self._client.closed:
-            self._client = BrokerClient(self.options.namesrv, timeout=self.options.timeout)
+    def client(self) -> BlockingPullConsumer:
+        if self._client is None:
+            self._client = open_consumer(self.options.namesrv, self.options.consumer_group, self.options.timeout)
         return self._client
 
     def _queues(self) -> list[Any]:
-        return list(self.client.route(self.options.topic).read_queues)
+        return read_queues(self.client, self.options.topic)
 
     def _latest(self) -> dict[tuple[str, int], int]:
         queues = self._queues()
-        return {queue_key(mq): self.client.max_offset(self.options.topic, mq) for mq in queues}
+        return {queue_key(mq): self.client.max_offset(mq) for mq in queues}
 
     def initialOffset(self) -> dict:
         queues = self._queues()
@@ -211,8 +216,9 @@ class PyrmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pass  # offsets live in Spark's checkpoint; nothing to tell the broker
 
     def stop(self) -> None:
-        if self._client is not None:
-            self._client.close()
+        client, self._client = self._client, None
+        if client is not None:
+            client.shutdown()
             self._client = None
 
 

@@ -5,20 +5,12 @@ Each carries what a user needs to find the problem: the file and the byte positi
 
 from __future__ import annotations
 
+# a record that does not decode: raised by the message codec the store shares with the wire (pyrmq.remoting.message)
+from pyrmq.remoting.errors import CorruptRecordError  # noqa: F401
+
 
 class StoreError(Exception):
     """Base class of every error raised by :mod:`pyrmq.store`."""
-
-
-class CorruptRecordError(StoreError):
-    """Bytes at ``file``/``pos`` are not a valid record (bad magic, size, CRC or a short read)."""
-
-    def __init__(self, file: str | None, pos: int, reason: str) -> None:
-        self.file = file
-        self.pos = pos
-        self.reason = reason
-        where = f"{file}@{pos}" if file else f"@{pos}"
-        super().__init__(f"corrupt record at {where}: {reason}")
 
 
 class MessageTooLargeError(StoreError):

@@ -12,7 +12,7 @@ from typing import Any
 
 import attrs
 
-from pyrmq.store.format import java_string_hash
+from pyrmq.remoting.message import java_string_hash
 
 log = logging.getLogger("pyrmq.broker.clients")
 

@@ -23,7 +23,7 @@ from pyrmq.plugins.broker.clients import (
     enum_name,
 )
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
-from pyrmq.plugins.broker.topics import PERM_READ, PERM_WRITE, RETRY_GROUP_TOPIC_PREFIX
+from pyrmq.plugins.broker.topics import RETRY_GROUP_TOPIC_PREFIX, Permission
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -65,7 +65,7 @@ class ConsumerManageProcessor:
             notify = True
             if config is not None:
                 notify = config.notify_consumer_ids_changed_enable
-                ctx.topics.create_system_topic(RETRY_GROUP_TOPIC_PREFIX + group, config.retry_queue_nums, PERM_READ | PERM_WRITE)
+                ctx.topics.create_system_topic(RETRY_GROUP_TOPIC_PREFIX + group, config.retry_queue_nums, Permission.READ | Permission.WRITE)
             try:
                 subscriptions = [Subscription.from_json(sub) for sub in consumer.get("subscriptionDataSet") or []]
                 ctx.consumers.register(

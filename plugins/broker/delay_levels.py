@@ -30,6 +30,7 @@ from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
 from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.vocabulary import SCHEDULE_TOPIC, MessageProperty
 from pyrmq.store.config_files import DelayOffsetFile
 from pyrmq.store.consume_queue import BLANK_SIZE
 from pyrmq.store.format import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, MessageRecord
@@ -37,10 +38,9 @@ from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.delay_levels")
 
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-PROPERTY_DELAY = "DELAY"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_DELAY = MessageProperty.DELAY_TIME_LEVEL
+PROPERTY_REAL_TOPIC = MessageProperty.REAL_TOPIC
+PROPERTY_REAL_QUEUE_ID = MessageProperty.REAL_QUEUE_ID
 
 #: how long a level waits before retrying a delivery the store refused (Java: 10 s)
 RETRY_AFTER_S = 1.0

@@ -23,13 +23,11 @@ from pyrmq.plugins.broker.topics import is_readable
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from pyrmq.remoting.vocabulary import PullSysFlag
 from pyrmq.store.results import GetMessageStatus
 
 log = logging.getLogger("pyrmq.broker.pull")
 
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
 
 # GetMessageStatus -> pull response code (spec 2.3); NO_MESSAGE_IN_QUEUE depends on the request offset
 _STATUS_CODE = {
@@ -160,7 +158,7 @@ class PullMessageProcessor:
                 f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] topicConfig.readQueueNums:[{topic.read_queue_nums}]",
             )
         expression_type = (header.expression_type or "TAG").upper()
-        if header.sys_flag & FLAG_SUBSCRIPTION:
+        if header.sys_flag & PullSysFlag.SUBSCRIPTION:
             if expression_type != "TAG" and not settings.enablePropertyFilter:
                 return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {expression_type}")
             try:
@@ -199,7 +197,7 @@ class PullMessageProcessor:
             code = ResponseCode.PULL_OFFSET_MOVED if header.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
         else:
             code = _STATUS_CODE.get(status, ResponseCode.SYSTEM_ERROR)
-        if first and code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & FLAG_SUSPEND:
+        if first and code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & PullSysFlag.SUSPEND:
             result.release()
             self._commit(header, first)
             return None
@@ -212,7 +210,7 @@ class PullMessageProcessor:
 
     def _commit(self, header: PullMessageRequestHeader, first: bool) -> None:
         # the commit offset travels with the pull; stored on the first execution, by a master only (spec 3.3)
-        if first and header.sys_flag & FLAG_COMMIT_OFFSET and self.ctx.settings.brokerRole != "SLAVE":
+        if first and header.sys_flag & PullSysFlag.COMMIT_OFFSET and self.ctx.settings.brokerRole != "SLAVE":
             self.ctx.offsets.commit(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
 
 

@@ -33,8 +33,7 @@ from pyrmq.kernel.kernel import StateKey
 from pyrmq.kernel.types import ORDER_REROUTE, PutChain, PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
-    PERM_READ,
-    PERM_WRITE,
+    Permission,
     RETRY_GROUP_TOPIC_PREFIX,
     is_writeable,
 )
@@ -42,13 +41,14 @@ from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError
 from pyrmq.remoting.headers import ConsumerSendMsgBackRequestHeader
+from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.retry_dlq")
 
-PROPERTY_DELAY = "DELAY"
-PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
-PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_DELAY = MessageProperty.DELAY_TIME_LEVEL
+PROPERTY_RETRY_TOPIC = MessageProperty.RETRY_TOPIC
+PROPERTY_ORIGIN_MESSAGE_ID = MessageProperty.ORIGIN_MESSAGE_ID
 DLQ_NUMS_PER_GROUP = 1
 
 
@@ -89,7 +89,7 @@ class DeadLetterInterceptor:
         if not context.dead_letter and context.reconsume_times < max_times:
             return record
         dlq = dlq_topic(group_name)
-        config = self.topics.create_system_topic(dlq, DLQ_NUMS_PER_GROUP, PERM_READ | PERM_WRITE)
+        config = self.topics.create_system_topic(dlq, DLQ_NUMS_PER_GROUP, Permission.READ | Permission.WRITE)
         # RocketMQ checks the DLQ's permission on a send-back only (handleRetryAndDLQ does not)
         if context.kind is PutKind.SEND_BACK and not is_writeable(config.perm):
             return Rejection(ResponseCode.NO_PERMISSION, f"the topic[{dlq}] sending message is forbidden")
@@ -135,7 +135,7 @@ class SendBackProcessor:
         # 2
         topic = retry_topic(header.group)
         queue_id = self.rng.randrange(group.retry_queue_nums)
-        config = self.topics.create_system_topic(topic, group.retry_queue_nums, PERM_READ | PERM_WRITE)
+        config = self.topics.create_system_topic(topic, group.retry_queue_nums, Permission.READ | Permission.WRITE)
         if not is_writeable(config.perm):
             return ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
         # 3

@@ -20,8 +20,7 @@ from pyrmq.kernel.types import PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
 from pyrmq.plugins.broker.topics import (
     NOT_ALLOWED_SEND_TOPICS,
-    PERM_READ,
-    PERM_WRITE,
+    Permission,
     RETRY_GROUP_TOPIC_PREFIX,
     is_writeable,
     topic_problem,
@@ -29,6 +28,7 @@ from pyrmq.plugins.broker.topics import (
 from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.errors import CorruptRecordError
 from pyrmq.store.format import (
     TRANSACTION_PREPARED_TYPE,
@@ -42,8 +42,8 @@ from pyrmq.store.results import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger("pyrmq.broker.send")
 
-PROPERTY_CLUSTER = "CLUSTER"
-PROPERTY_WAIT = "WAIT"
+PROPERTY_CLUSTER = MessageProperty.CLUSTER
+PROPERTY_WAIT = MessageProperty.WAIT_STORE_MSG_OK
 
 # PutMessageStatus -> send response code (spec 2.4)
 _PUT_CODE = {
@@ -70,7 +70,7 @@ class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         s = ctx.settings
-        self.ext_common = {"MSG_REGION": s.regionId, "TRACE_ON": "true"}
+        self.ext_common = {MessageProperty.MSG_REGION: s.regionId, MessageProperty.TRACE_SWITCH: "true"}
         self.sync_flush = s.flushDiskType == "SYNC_FLUSH"
         self.sync_master = s.brokerRole == "SYNC_MASTER"
         self.chain = ctx.put_chain
@@ -95,7 +95,7 @@ class SendProcessor:
             raise SendRejected(ResponseCode.NO_PERMISSION, f"the broker[{s.brokerIP1}] sending message is forbidden")
         if config is None:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-                config = ctx.topics.create_system_topic(topic, 1, PERM_READ | PERM_WRITE)
+                config = ctx.topics.create_system_topic(topic, 1, Permission.READ | Permission.WRITE)
             else:
                 config = ctx.topics.create_in_send(topic, header.default_topic, header.default_topic_queue_nums)
             if config is None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.store.dispatch import TagsCodeFilter
-from pyrmq.store.format import java_string_hash
+from pyrmq.remoting.message import java_string_hash
 
 SUB_ALL = "*"
 

@@ -40,6 +40,7 @@ from pyrmq.kernel.kernel import StateKey
 from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
 from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.consume_queue import BLANK_SIZE
 from pyrmq.store.format import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, MessageRecord
 from pyrmq.store.results import PutMessageStatus
@@ -47,10 +48,10 @@ from pyrmq.store.results import PutMessageStatus
 log = logging.getLogger("pyrmq.timer")
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
-PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-PROPERTY_REAL_TOPIC = "REAL_TOPIC"
-PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_TIMER_DELIVER_MS = MessageProperty.TIMER_DELIVER_MS
+PROPERTY_TIMER_DELAY_SEC = MessageProperty.TIMER_DELAY_SEC
+PROPERTY_REAL_TOPIC = MessageProperty.REAL_TOPIC
+PROPERTY_REAL_QUEUE_ID = MessageProperty.REAL_QUEUE_ID
 
 DAY_MS = 86_400_000
 #: default upper bound of a delivery time (from now); plugin setting ``max_delay_days``

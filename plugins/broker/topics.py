@@ -14,13 +14,16 @@ from typing import Any
 
 import attrs
 
+from pyrmq.remoting.vocabulary import (  # noqa: F401 - the topic names are used from here by other broker modules
+    AUTO_CREATE_TOPIC_KEY,
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    Permission,
+)
+
 log = logging.getLogger("pyrmq.broker.topics")
 
-PERM_PRIORITY, PERM_READ, PERM_WRITE, PERM_INHERIT = 8, 4, 2, 1
-AUTO_CREATE_TOPIC_KEY = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
@@ -42,11 +45,11 @@ def topic_problem(topic: str | None) -> str | None:
 
 
 def is_writeable(perm: int) -> bool:
-    return bool(perm & PERM_WRITE)
+    return bool(perm & Permission.WRITE)
 
 
 def is_readable(perm: int) -> bool:
-    return bool(perm & PERM_READ)
+    return bool(perm & Permission.READ)
 
 
 @attrs.define
@@ -56,7 +59,7 @@ class TopicConfig:
     topic_name: str
     read_queue_nums: int = 16
     write_queue_nums: int = 16
-    perm: int = PERM_READ | PERM_WRITE
+    perm: int = int(Permission.READ | Permission.WRITE)
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
@@ -78,7 +81,7 @@ class TopicConfig:
             topic_name=str(data.get("topicName") or name),
             read_queue_nums=int(data.get("readQueueNums", 16)),
             write_queue_nums=int(data.get("writeQueueNums", 16)),
-            perm=int(data.get("perm", 6)),
+            perm=int(data.get("perm", Permission.READ | Permission.WRITE)),
             topic_filter_type=str(data.get("topicFilterType", "SINGLE_TAG")),
             topic_sys_flag=int(data.get("topicSysFlag", 0)),
             order=bool(data.get("order", False)),
@@ -135,8 +138,8 @@ class TopicConfigManager:
         builtins = [
             TopicConfig("SELF_TEST_TOPIC", 1, 1),
             TopicConfig("BenchmarkTest", 1024, 1024),
-            TopicConfig(s.brokerClusterName, 16, 16, PERM_INHERIT | (PERM_READ | PERM_WRITE if s.clusterTopicEnable else 0)),
-            TopicConfig(s.brokerName, 1, 1, PERM_INHERIT | (PERM_READ | PERM_WRITE if s.brokerTopicEnable else 0)),
+            TopicConfig(s.brokerClusterName, 16, 16, Permission.INHERIT | (Permission.READ | Permission.WRITE if s.clusterTopicEnable else 0)),
+            TopicConfig(s.brokerName, 1, 1, Permission.INHERIT | (Permission.READ | Permission.WRITE if s.brokerTopicEnable else 0)),
             TopicConfig("OFFSET_MOVED_EVENT", 1, 1),
             TopicConfig(SCHEDULE_TOPIC, 18, 18),
             TopicConfig(f"{s.brokerClusterName}_REPLY_TOPIC", 1, 1),
@@ -150,7 +153,7 @@ class TopicConfigManager:
         template = self.table.get(AUTO_CREATE_TOPIC_KEY)
         if template is not None and not s.autoCreateTopicEnable:
             # a TBW102 left in topics.json from before must not allow auto-creation any more (spec 7.3)
-            template.perm &= ~PERM_INHERIT
+            template.perm &= ~Permission.INHERIT.value
 
     def document(self) -> dict[str, Any]:
         return {
@@ -172,7 +175,7 @@ class TopicConfigManager:
         table = {}
         for name, config in self.table.items():
             data = config.to_json()
-            if broker_perm & (PERM_READ | PERM_WRITE) != PERM_READ | PERM_WRITE:
+            if broker_perm & (Permission.READ | Permission.WRITE) != Permission.READ | Permission.WRITE:
                 data["perm"] = broker_perm
             table[name] = data
         return {"dataVersion": self.data_version.to_json(), "topicConfigTable": table}
@@ -205,14 +208,14 @@ class TopicConfigManager:
         template = self.table.get(default_topic or AUTO_CREATE_TOPIC_KEY)
         if template is None:
             return None
-        if not template.perm & PERM_INHERIT:
+        if not template.perm & Permission.INHERIT:
             return None
         nums = max(1, min(int(queue_nums), template.write_queue_nums))
         config = TopicConfig(
             topic,
             nums,
             nums,
-            template.perm & ~PERM_INHERIT,
+            template.perm & ~Permission.INHERIT.value,
             template.topic_filter_type,
             topic_sys_flag,
         )

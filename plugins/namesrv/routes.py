@@ -12,49 +12,12 @@ from typing import Any
 
 import attrs
 
+from pyrmq.remoting.route import BrokerData, QueueData, TopicRouteData
+from pyrmq.remoting.vocabulary import MASTER_ID, Permission
+
 log = logging.getLogger("pyrmq.namesrv")
 
-PERM_READ = 4
-PERM_WRITE = 2
-MASTER_ID = 0
-
-
-@attrs.define
-class QueueData:
-    """A topic's queues on one broker name (spec 4.1)."""
-
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        # both spellings of the sys flag: topicSynFlag (<= 4.8.0) and topicSysFlag (4.9.0+); clients ignore it
-        return {
-            "brokerName": self.broker_name,
-            "perm": self.perm,
-            "readQueueNums": self.read_queue_nums,
-            "topicSynFlag": self.topic_sys_flag,
-            "topicSysFlag": self.topic_sys_flag,
-            "writeQueueNums": self.write_queue_nums,
-        }
-
-
-@attrs.define
-class BrokerData:
-    """The addresses of one broker name: broker id (0 = master) -> "ip:port" (spec 4.1)."""
-
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str] = attrs.Factory(dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "brokerAddrs": dict(sorted(self.broker_addrs.items())),
-            "brokerName": self.broker_name,
-            "cluster": self.cluster,
-        }
+_READ_WRITE = int(Permission.READ | Permission.WRITE)
 
 
 @attrs.define
@@ -105,15 +68,16 @@ class RouteTable:
     ) -> RegisterResult:
         """REGISTER_BROKER (spec 4.3): record the broker and, for a master, its topics' queue data."""
         self.clusters.setdefault(cluster, set()).add(broker_name)
-        first = broker_name not in self.brokers
-        data = self.brokers.setdefault(broker_name, BrokerData(cluster, broker_name))
-        data.cluster = cluster
+        old_data = self.brokers.get(broker_name)
+        first = old_data is None
+        addrs = dict(old_data.broker_addrs) if old_data is not None else {}
         # one address has one broker id: drop other ids that pointed at this address (a slave promoted, ...)
-        for other_id in [i for i, addr in data.broker_addrs.items() if addr == broker_addr and i != broker_id]:
-            del data.broker_addrs[other_id]
-        previous = data.broker_addrs.get(broker_id)
+        for other_id in [i for i, addr in addrs.items() if addr == broker_addr and i != broker_id]:
+            del addrs[other_id]
+        previous = addrs.get(broker_id)
         first = first or previous != broker_addr
-        data.broker_addrs[broker_id] = broker_addr
+        addrs[broker_id] = broker_addr
+        data = self.brokers[broker_name] = BrokerData(cluster, broker_name, addrs)
 
         old_live = self.live.get(broker_addr)
         changed = old_live is None or data_version_key(old_live.data_version) != data_version_key(data_version)
@@ -136,7 +100,7 @@ class RouteTable:
             broker_name=broker_name,
             read_queue_nums=int(config.get("readQueueNums", 16)),
             write_queue_nums=int(config.get("writeQueueNums", 16)),
-            perm=int(config.get("perm", 6)),
+            perm=int(config.get("perm", _READ_WRITE)),
             topic_sys_flag=int(config.get("topicSysFlag", config.get("topicSynFlag", 0))),
         )
         per_broker = self.topic_queues.setdefault(topic, {})
@@ -157,14 +121,17 @@ class RouteTable:
         data = self.brokers.get(broker_name)
         remove_name = False
         if data is not None:
-            if data.broker_addrs.get(broker_id) == broker_addr:
-                del data.broker_addrs[broker_id]
+            addrs = dict(data.broker_addrs)
+            if addrs.get(broker_id) == broker_addr:
+                del addrs[broker_id]
             else:
-                for i in [i for i, addr in data.broker_addrs.items() if addr == broker_addr]:
-                    del data.broker_addrs[i]
-            if not data.broker_addrs:
+                for i in [i for i, addr in addrs.items() if addr == broker_addr]:
+                    del addrs[i]
+            if not addrs:
                 del self.brokers[broker_name]
                 remove_name = True
+            else:
+                self.brokers[broker_name] = attrs.evolve(data, broker_addrs=addrs)
         if remove_name:
             for cluster_name, members in list(self.clusters.items()):
                 members.discard(broker_name)
@@ -210,11 +177,11 @@ class RouteTable:
         per_broker = self.topic_queues.get(topic)
         if not per_broker:
             return None
-        queue_datas = [per_broker[name].to_json() for name in sorted(per_broker)]
-        broker_datas = [self.brokers[name].to_json() for name in sorted(per_broker) if name in self.brokers]
+        queue_datas = [per_broker[name] for name in sorted(per_broker)]
+        broker_datas = [self.brokers[name] for name in sorted(per_broker) if name in self.brokers]
         if not broker_datas:
             return None
-        return {"brokerDatas": broker_datas, "filterServerTable": {}, "queueDatas": queue_datas}
+        return TopicRouteData(queue_datas, broker_datas).to_json()
 
     def cluster_info(self) -> dict[str, Any]:
         return {
@@ -238,7 +205,7 @@ class RouteTable:
         for per_broker in self.topic_queues.values():
             queue = per_broker.get(broker_name)
             if queue is not None:
-                queue.perm &= ~PERM_WRITE
+                per_broker[broker_name] = attrs.evolve(queue, perm=queue.perm & ~Permission.WRITE.value)
                 count += 1
         return count
 
@@ -248,6 +215,6 @@ class RouteTable:
         for per_broker in self.topic_queues.values():
             queue = per_broker.get(broker_name)
             if queue is not None:
-                queue.perm = PERM_READ | PERM_WRITE
+                per_broker[broker_name] = attrs.evolve(queue, perm=_READ_WRITE)
                 count += 1
         return count

@@ -1,4 +1,4 @@
-"""Allocation strategies (plugins/allocate.py) against the formulas of spec 7.10, and their loading through the
+"""Allocation strategies (plugins/client/allocate.py) against the formulas of spec 7.10, and their loading through the
 kernel's ``pyrmq_register_allocate_strategies`` hook by the client."""
 
 from __future__ import annotations
@@ -8,11 +8,12 @@ import itertools
 
 import pytest
 
+from pyrmq.client import PushConsumer
 from pyrmq.client import plugins as client_plugins
 from pyrmq.client.errors import ClientError
 from pyrmq.client.message import MessageQueue
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.plugins.allocate import (
+from pyrmq.plugins.client.allocate import (
     AllocateByConfig,
     AllocateByMachineRoom,
     AllocateConsistentHash,
@@ -131,21 +132,23 @@ def test_the_client_loads_strategies_through_the_allocate_hook():
         client_plugins.resolve_strategy("NOPE")
 
 
+class Reverse:
+    @hookimpl
+    def pyrmq_register_allocate_strategies(self):
+        return {"EVERYTHING": lambda group, cid, mq_all, cid_all: list(mq_all), "AVG": lambda *a: ["mine first"]}
+
+
 @pytest.mark.hook("pyrmq_register_allocate_strategies")
-def test_a_plugin_can_add_a_strategy_through_pyrmq_register_allocate_strategies(monkeypatch):
-    class Reverse:
-        @hookimpl
-        def pyrmq_register_allocate_strategies(self):
-            return {"EVERYTHING": lambda group, cid, mq_all, cid_all: list(mq_all), "AVG": lambda *a: ["mine first"]}
+def test_a_plugin_can_add_a_strategy_through_pyrmq_register_allocate_strategies():
+    table = client_plugins.allocate_strategies(plugins=[Reverse()])
+    assert table["EVERYTHING"]("g", "a", [1, 2], ["a"]) == [1, 2]
+    assert table["AVG"]() == ["mine first"]  # the built-in is trylast: a user plugin answers first
 
-    from pyrmq.kernel import manager
 
-    original = manager.load_plugins
-    monkeypatch.setattr(manager, "load_plugins", lambda bundle, **kw: original(bundle, extra=[Reverse()], **kw))
-    client_plugins.reset()
-    try:
-        table = client_plugins.allocate_strategies()
-        assert table["EVERYTHING"]("g", "a", [1, 2], ["a"]) == [1, 2]
-        assert table["AVG"]() == ["mine first"]  # the built-in is trylast: a user plugin answers first
-    finally:
-        client_plugins.reset()
+def test_each_consumer_loads_its_own_strategies():
+    mine = PushConsumer("127.0.0.1:9876", "g1", allocate_strategy="EVERYTHING", plugins=[Reverse()])
+    assert mine.allocate("g1", "a", [1, 2], ["a", "b"]) == [1, 2]
+    # nothing leaked into the process: a consumer without the plugin neither sees its strategy nor its AVG
+    with pytest.raises(ClientError, match="no allocation strategy named 'EVERYTHING'"):
+        PushConsumer("127.0.0.1:9876", "g2", allocate_strategy="EVERYTHING")
+    assert PushConsumer("127.0.0.1:9876", "g3").allocate is allocate_averagely

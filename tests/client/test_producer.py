@@ -10,6 +10,7 @@ import trio
 
 from pyrmq.client import (
     BrokerError,
+    InvalidMessageError,
     Message,
     MessageQueue,
     NameServerUnreachable,
@@ -20,7 +21,9 @@ from pyrmq.client import (
     TopicNotFoundError,
     select_by_hash,
 )
+from pyrmq.client.ids import UniqIdGenerator
 from pyrmq.client.message import MessageExt
+from pyrmq.remoting.message import BatchEntry, encode_properties
 from pyrmq.store.format import COMPRESSED_FLAG
 
 
@@ -196,3 +199,20 @@ async def test_leaving_the_producer_waits_for_async_sends_in_flight(dev, name):
         for i in range(100):
             await producer.send_async(Message(topic, f"x{i}"), lambda result, error: outcomes.append((result, error)))
     assert len(outcomes) == 100 and all(error is None and result.status is SendStatus.SEND_OK for result, error in outcomes)
+
+
+async def test_a_pre_encoded_batch_reaches_a_new_topic_through_tbw102(dev, name):
+    topic = name("T")  # no route yet: sent through TBW102's brokers, which create it
+    ids = UniqIdGenerator()
+    keys = [ids.next() for _ in range(3)]
+    entries = [BatchEntry(0, f"b{i}".encode(), encode_properties({"TAGS": "t", "UNIQ_KEY": k}).encode())
+               for i, k in enumerate(keys)]
+    async with Producer(dev.namesrv, name("pg")) as producer:
+        result = await producer.send_encoded_batch(topic, entries, keys)
+        assert result.status is SendStatus.SEND_OK and result.msg_id == ",".join(keys)
+        with pytest.raises(InvalidMessageError, match="system topic"):
+            await producer.send_encoded_batch("SCHEDULE_TOPIC_XXXX", entries, keys)
+        with pytest.raises(InvalidMessageError, match="empty"):
+            await producer.send_encoded_batch(topic, [], [])
+    got = await read_all(dev.namesrv, topic)
+    assert sorted((m.body, m.tags, m.uniq_key) for m in got) == [(f"b{i}".encode(), "t", k) for i, k in enumerate(keys)]

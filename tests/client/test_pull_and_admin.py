@@ -9,6 +9,8 @@ import trio
 
 from pyrmq.client import (
     Admin,
+    BlockingPullConsumer,
+    BrokerError,
     ClientError,
     Message,
     MessageQueue,
@@ -17,6 +19,7 @@ from pyrmq.client import (
     PullStatus,
     TopicNotFoundError,
 )
+from pyrmq.remoting.message import decode_messages
 
 
 async def test_pull_consumer_reads_from_explicit_offsets_and_commits(dev, name):
@@ -126,3 +129,59 @@ async def test_admin_finds_messages_by_key_and_by_id(dev, name):
         assert by_uniq.body == b"order 2"
         with pytest.raises(ClientError, match="not found"):
             await admin.query_message_by_id("0" * 32)
+
+
+async def test_pull_range_hands_out_raw_bodies_in_order_and_stops_when_asked(dev, name):
+    topic = name("T")
+    await dev.create_topic(topic, 1)
+    mq = MessageQueue(topic, "broker-a", 0)
+    async with Producer(dev.namesrv, "p") as producer:
+        await producer.send_batch([Message(topic, f"m{i}", tags="even" if i % 2 == 0 else "odd") for i in range(100)], queue=mq)
+    async with PullConsumer(dev.namesrv, name("G")) as consumer:
+        seen: list[tuple[int, bytes]] = []
+
+        async def keep(batch) -> bool:
+            seen.extend((m.queue_offset, m.body) for m in decode_messages(batch.body) if batch.start <= m.queue_offset < batch.end)
+            return True
+
+        await consumer.pull_range(mq, 10, 90, keep, window=4)
+        assert seen == [(i, f"m{i}".encode()) for i in range(10, 90)]
+
+        seen.clear()
+        await consumer.pull_range(mq, 0, 100, keep, expression="odd")
+        assert [o for o, _ in seen] == list(range(1, 100, 2))
+
+        batches = []
+
+        async def first_only(batch) -> bool:
+            batches.append(batch)
+            return False
+
+        await consumer.pull_range(mq, 0, 100, first_only)
+        assert len(batches) == 1 and batches[0].start == 0
+
+        with pytest.raises(BrokerError, match="no message at offset 100"):
+            await consumer.pull_range(mq, 0, 120, keep)
+
+
+async def test_blocking_pull_range_is_an_iterator_that_can_be_closed_early(dev, name):
+    topic = name("T")
+    mq = MessageQueue(topic, "broker-a", 0)
+    await dev.create_topic(topic, 1)
+    async with Producer(dev.namesrv, "p") as producer:
+        await producer.send_batch([Message(topic, f"m{i}") for i in range(50)], queue=mq)
+
+    def read() -> tuple[list[int], int, int]:
+        with BlockingPullConsumer(dev.namesrv, name("G")) as consumer:
+            offsets = [m.queue_offset for b in consumer.pull_range(mq, 0, 50, window=2) for m in decode_messages(b.body)
+                       if b.start <= m.queue_offset < b.end]
+            it = consumer.pull_range(mq, 0, 50, window=2)
+            first = next(it).start
+            it.close()  # stops the pulls on the client loop
+            return offsets, first, len(consumer.pull(mq, "*", 0, 32).messages)
+
+    with trio.fail_after(30):
+        offsets, first, after = await trio.to_thread.run_sync(read)
+    assert offsets == list(range(50))
+    assert first == 0
+    assert after == 32  # the consumer still works after the closed iterator

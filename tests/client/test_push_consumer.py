@@ -20,6 +20,7 @@ from pyrmq.client import (
 from pyrmq.client import api
 from pyrmq.client.instance import ClientInstance
 from pyrmq.client.message import MessageExt
+from pyrmq.remoting.vocabulary import PullSysFlag
 
 from .conftest import wait_until
 
@@ -172,7 +173,7 @@ async def test_tag_expressions_filter_and_the_client_rechecks_hash_collisions(de
         await instance.start(nursery)
         # the broker filters by the tag's hash only: a pull without the client re-check gets both tags
         raw = await api.pull(instance, dev.broker, MessageQueue(collide, "broker-a", 0), group2, 0,
-                             sys_flag=api.FLAG_SUBSCRIPTION, subscription="Aa")
+                             sys_flag=PullSysFlag.SUBSCRIPTION, subscription="Aa")
         assert sorted({m.tags for m in raw.messages}) == ["Aa", "BB"]
         nursery.cancel_scope.cancel()
     seen2 = Collector()

@@ -13,7 +13,7 @@ import trio
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import CreateTopicRequestHeader, SendMessageRequestHeader
-from pyrmq.spark_plugin.broker_client import pull_range
+from pyrmq.client import BlockingPullConsumer, MessageQueue
 from pyrmq.spark_plugin.records import Columns
 from pyrmq.store.format import encode_properties
 
@@ -36,12 +36,13 @@ async def _fill(client, addr: str, topic: str, n: int) -> list[bytes]:
     return bodies
 
 
-def _read(addr: str, topic: str, start: int, end: int, subscription: str = "*") -> list[tuple[int, bytes]]:
+def _read(namesrv: str, topic: str, start: int, end: int, subscription: str = "*") -> list[tuple[int, bytes]]:
     out = []
-    for body, lo, hi in pull_range(addr, topic, 0, start, end, subscription=subscription, window=4):
-        cols = Columns(topic, "broker-a", 0)
-        cols.add_all(body, lo, hi)
-        out.extend((h[5], b) for h, b in zip(cols.headers, cols.bodies))
+    with BlockingPullConsumer(namesrv, "pipeline-test") as consumer:
+        for batch in consumer.pull_range(MessageQueue(topic, "broker-a", 0), start, end, expression=subscription, window=4):
+            cols = Columns(topic, "broker-a", 0)
+            cols.add_all(batch.body, batch.start, batch.end)
+            out.extend((h[5], b) for h, b in zip(cols.headers, cols.bodies))
     return out
 
 
@@ -50,15 +51,16 @@ async def test_pipelined_pull_hands_out_every_offset_once_in_order(start_role, r
         "dev", {"broker.maxTransferCountOnMessageInMemory": 40, "broker.maxTransferBytesOnMessageInMemory": 20_000}
     )
     addr = kernel.listening["broker"]
+    namesrv = kernel.listening["namesrv"]
     bodies = await _fill(remoting_client, addr, "PIPE", 400)
 
-    got = await trio.to_thread.run_sync(_read, addr, "PIPE", 0, 400)
+    got = await trio.to_thread.run_sync(_read, namesrv, "PIPE", 0, 400)
     assert [o for o, _ in got] == list(range(400))
     assert [b for _, b in got] == bodies
 
-    middle = await trio.to_thread.run_sync(_read, addr, "PIPE", 123, 321)
+    middle = await trio.to_thread.run_sync(_read, namesrv, "PIPE", 123, 321)
     assert [o for o, _ in middle] == list(range(123, 321))
 
     # a filtered read: the broker answers with the entries it scanned; only matching offsets come back
-    odd = await trio.to_thread.run_sync(_read, addr, "PIPE", 0, 400, "odd")
+    odd = await trio.to_thread.run_sync(_read, namesrv, "PIPE", 0, 400, "odd")
     assert [o for o, _ in odd] == list(range(1, 400, 2))

@@ -1,0 +1,1 @@
+"""Plugins of the client library (bundle ``configs/client.toml``): queue allocation strategies for rebalance."""
