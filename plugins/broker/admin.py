@@ -3,7 +3,7 @@
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
 GET_ALL_CONSUMER_OFFSET (43), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_BROKER_RUNTIME_INFO (28),
-GET_CONSUMER_CONNECTION_LIST (203), INVOKE_BROKER_TO_RESET_OFFSET (222).
+GET_CONSUMER_CONNECTION_LIST (203), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO (300).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import CreateTopicRequestHeader, header
+from pyrmq.store.retention import disk_usage_ratio
 
 log = logging.getLogger("pyrmq.broker.admin")
 
@@ -121,6 +122,14 @@ class AdminProcessor:
             }
         return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON))
 
+    async def topic_consumed_by(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO: groups subscribed to the topic now, plus groups with offsets on it (mqadmin
+        queryMsgById's message track)."""
+        topic = TopicHeader.from_ext_fields(request.ext_fields).topic
+        groups = {g for g, info in self.ctx.consumers.groups.items() if topic in info.subscriptions}
+        groups.update(self.ctx.offsets.groups_of_topic(topic))
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"groupList": sorted(groups)}).encode())
+
     async def consume_stats(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         """ConsumeStats: per queue broker offset, consumer offset (lag = difference) (mqadmin consumerProgress)."""
         h = ConsumeStatsHeader.from_ext_fields(request.ext_fields)
@@ -156,6 +165,18 @@ class AdminProcessor:
             "commitLogMinOffset": str(store.min_phy_offset),
             "earliestMessageTimeStamp": str(store.get_earliest_store_time()),
             "bootTimestamp": str(int(time.time() * 1000)),
+            # what mqadmin clusterList prints (it fails on a missing key): rates, queue backlogs, disk use.
+            # pyrmq has no request thread pools in front of its handlers and no page-cache lock, hence the zeros.
+            "putTps": self.ctx.put_stats.describe(),
+            "getTransferedTps": self.ctx.get_stats.describe(),
+            "msgPutTotalTodayNow": str(self.ctx.put_stats.total),
+            "msgGetTotalTodayNow": str(self.ctx.get_stats.total),
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "commitLogDiskRatio": f"{disk_usage_ratio(store.config.commit_log_dir):.4f}",
         }
         return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
 
@@ -193,10 +214,24 @@ class AdminProcessor:
                 offsets[qid] = ctx.store.get_max_offset_in_queue(h.topic, qid)
             else:
                 offsets[qid] = ctx.store.get_offset_in_queue_by_time(h.topic, qid, h.timestamp)
+            committed = ctx.offsets.query(h.group, h.topic, qid)
+            if not h.is_force and 0 <= committed <= offsets[qid]:
+                offsets[qid] = committed  # without force an offset only moves back (RocketMQ's Broker2Client)
         ctx.offsets.reset(h.group, h.topic, offsets)
         ctx.offsets.persist()
         table = {_mq_key(ctx, h.topic, q): o for q, o in offsets.items()}
-        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON))
+        body = fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON)
+        # Running consumers hold their offsets in memory and would write the old ones back: tell each of them, as
+        # RocketMQ does (RESET_CONSUMER_CLIENT_OFFSET, oneway, JSON).
+        info = ctx.consumers.groups.get(h.group)
+        for conn in list(info.channels) if info else []:
+            push = RemotingCommand.request(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                {"topic": h.topic, "group": h.group, "timestamp": str(h.timestamp), "isForce": str(h.is_force).lower()},
+                body=body, oneway=True,
+            )
+            conn.start_soon(ctx.send_oneway, conn, push)
+        return request.make_response(ResponseCode.SUCCESS, body=body)
 
 
 @hookimpl(trylast=True)
@@ -215,6 +250,7 @@ def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
         RequestCode.GET_ALL_CONSUMER_OFFSET: p.all_consumer_offset,
         RequestCode.GET_TOPIC_STATS_INFO: p.topic_stats,
         RequestCode.GET_CONSUME_STATS: p.consume_stats,
+        RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: p.topic_consumed_by,
         RequestCode.GET_BROKER_RUNTIME_INFO: p.runtime_info,
         RequestCode.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
         RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,

@@ -185,6 +185,8 @@ class SendProcessor:
                 result = self.ctx.store.put_message(record)
         except SendRejected as exc:
             return request.make_response(exc.code, exc.remark, dict(self.ext_common))
+        if result.status is PutMessageStatus.PUT_OK and result.append is not None:
+            self.ctx.put_stats.add(result.append.msg_num)
         if result.status is PutMessageStatus.PUT_OK and wait and (self.sync_flush or self.sync_master):
             connection.start_soon(self._answer_when_durable, connection, request, result, queue_id)
             return None
