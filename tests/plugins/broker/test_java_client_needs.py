@@ -1,7 +1,8 @@
 """What the official Java client and RocketMQ's admin tools (mqadmin, DefaultMQAdminExt) needed from the broker,
 found by the Java-client conformance tests (tests/e2e/test_java_client.py) and checked here over the wire: the runtime
-figures `mqadmin clusterList` reads, QUERY_TOPIC_CONSUME_BY_WHO (`mqadmin queryMsgById`'s message track), and
-RESET_CONSUMER_CLIENT_OFFSET pushed to running consumers on INVOKE_BROKER_TO_RESET_OFFSET.
+figures `mqadmin clusterList` reads, QUERY_TOPIC_CONSUME_BY_WHO (`mqadmin queryMsgById`'s message track),
+RESET_CONSUMER_CLIENT_OFFSET pushed to running consumers on INVOKE_BROKER_TO_RESET_OFFSET, and request-reply
+(SEND_REPLY_MESSAGE pushed to the requester as PUSH_REPLY_MESSAGE_TO_CLIENT).
 """
 
 from __future__ import annotations
@@ -138,3 +139,45 @@ async def test_reset_offset_tells_the_running_consumers_of_the_group(broker):
         table = {key["queueId"]: value for key, value in fastjson.loads(resp.body_bytes())["offsetTable"].items()}
         assert table == {0: 1, 1: 0}
 
+
+def send_reply(body: bytes, properties: dict[str, str]) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.SEND_REPLY_MESSAGE_V2, {
+        "a": "replier", "b": "DefaultCluster_REPLY_TOPIC", "c": "TBW102", "d": "4", "e": "0", "f": "0",
+        "g": str(int(time.time() * 1000)), "h": "0", "i": encode_properties(properties), "j": "0", "k": "false",
+    }, body)
+
+
+def producer_heartbeat(client_id: str, group: str) -> RemotingCommand:
+    body = {"clientID": client_id, "producerDataSet": [{"groupName": group}], "consumerDataSet": []}
+    return RemotingCommand.request(RequestCode.HEART_BEAT, {}, json.dumps(body).encode())
+
+
+async def test_a_reply_is_pushed_to_the_requesting_producer_and_stored(broker, remoting_client):
+    from pyrmq.remoting.client import RemotingClient
+
+    addr = broker.listening["broker"]
+    pushed: list[RemotingCommand] = []
+
+    async def on_push(conn, request):
+        pushed.append(request)
+        return request.make_response(ResponseCode.SUCCESS)
+
+    props = {"UNIQ_KEY": "U" * 32, "CORRELATION_ID": "c-1", "REPLY_TO_CLIENT": "10.0.0.9@req", "MSG_TYPE": "reply"}
+    async with RemotingClient(request_handlers={RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT: on_push}) as requester:
+        assert (await requester.invoke(addr, producer_heartbeat("10.0.0.9@req", "requesters"))).code == 0
+        # the replier here is the requester's own connection, as when both live in one Java client instance
+        resp = await requester.invoke(addr, send_reply(b"the answer", props))
+        assert resp.code == ResponseCode.SUCCESS, resp.remark
+        assert int(resp.ext_fields["queueOffset"]) == 0 and resp.ext_fields["msgId"] != "0"  # stored as well
+        assert len(pushed) == 1 and pushed[0].body_bytes() == b"the answer"
+        fields = pushed[0].ext_fields
+        assert fields["topic"] == "DefaultCluster_REPLY_TOPIC" and fields["producerGroup"] == "replier"
+        assert "CORRELATION_ID\x01c-1\x02" in fields["properties"]
+        assert "PUSH_REPLY_TIME" in fields["properties"] and fields["storeHost"] == addr
+
+    # the requester is gone: the replier hears so
+    resp = await remoting_client.invoke(addr, send_reply(b"late", props))
+    assert resp.code == ResponseCode.SYSTEM_ERROR
+    assert resp.remark == "push reply message fail, channel of <10.0.0.9@req> not found."
+    no_target = await remoting_client.invoke(addr, send_reply(b"x", {"UNIQ_KEY": "V" * 32}))
+    assert no_target.code == ResponseCode.SYSTEM_ERROR and "REPLY_TO_CLIENT" in no_target.remark
