@@ -468,14 +468,8 @@ public class Driver {
                     ? admin.viewMessage(cmd.getString("topic"), cmd.getString("msgId"))
                     : admin.viewMessage(cmd.getString("msgId"))));
                 break;
-            case "clusterInfo":
-                answer.put("result", JSON.parseObject(admin.examineBrokerClusterInfo().toJson()));
-                break;
             case "topicRoute":
                 answer.put("result", JSON.parseObject(admin.examineTopicRouteInfo(cmd.getString("topic")).toJson()));
-                break;
-            case "topicStats":
-                answer.put("result", JSON.parseObject(admin.examineTopicStats(cmd.getString("topic")).toJson()));
                 break;
             default:
                 throw new IllegalArgumentException("unknown admin call " + cmd.getString("call"));
