@@ -9,6 +9,7 @@ retries of a failed message come quickly. Which test covers which item of the sp
 from __future__ import annotations
 
 import collections
+import re
 import time
 
 import pytest
@@ -239,7 +240,23 @@ def test_queries_by_key_and_msg_id_and_the_mqadmin_commands(java):
     assert "rollback consumer offset" in out, out
     again = collect(java, "admin", 8, quiet=0.5)
     assert sorted(m["keys"] for m in again) == sorted(f"q-{i}" for i in range(8))
+
+    # the clients of a group and what they run (consumerStatus and consume-directly go through the broker to them)
+    connections = mqadmin(java, "consumerConnection", "-g", "gAdmin")
+    client_ids = [line.split()[0] for line in connections.splitlines() if "@" in line]
+    assert len(client_ids) == 1 and "JAdmin" in connections and "CONSUME_PASSIVELY" in connections
+    assert "V4_9_8" in mqadmin(java, "producerConnection", "-g", "pAdmin", "-t", "JAdmin")
+    status = mqadmin(java, "consumerStatus", "-g", "gAdmin")
+    assert client_ids[0] in status and "Rebalance OK" in status
+    out = mqadmin(java, "queryMsgById", "-i", q3["offsetMsgId"], "-g", "gAdmin", "-d", client_ids[0])
+    assert "consumeResult=CR_SUCCESS" in out, out
+    assert [m["keys"] for m in collect(java, "admin", 1)] == ["q-3"]  # handed to the listener directly
     java.call("stop", name="admin")
+
+    broker_config = mqadmin(java, "getBrokerConfig", "-b", java.broker_addr)
+    assert re.search(r"^brokerName\s+=\s+broker-a$", broker_config, re.M), broker_config
+    assert re.search(r"^messageDelayLevel\s+=\s+1s 1s", broker_config, re.M)
+    assert re.search(r"^brokerChannelExpiredTime\s+=\s+120000$", mqadmin(java, "getNamesrvConfig"), re.M)
 
 
 def test_vip_channel_producer_auto_creates_a_topic_through_tbw102(java):

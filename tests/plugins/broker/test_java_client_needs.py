@@ -181,3 +181,59 @@ async def test_a_reply_is_pushed_to_the_requesting_producer_and_stored(broker, r
     assert resp.remark == "push reply message fail, channel of <10.0.0.9@req> not found."
     no_target = await remoting_client.invoke(addr, send_reply(b"x", {"UNIQ_KEY": "V" * 32}))
     assert no_target.code == ResponseCode.SYSTEM_ERROR and "REPLY_TO_CLIENT" in no_target.remark
+
+
+async def test_broker_and_name_server_configs_read_as_java_properties(broker, remoting_client):
+    from pyrmq.kernel.bundles import parse_java_properties
+
+    resp = await remoting_client.invoke(broker.listening["broker"], RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
+    assert resp.code == ResponseCode.SUCCESS
+    config = parse_java_properties(resp.body_bytes().decode().splitlines())
+    assert config["brokerName"] == "broker-a" and config["autoCreateTopicEnable"] == "true"
+    assert config["listenPort"] == broker.listening["broker"].rsplit(":", 1)[1]
+    assert json.loads(resp.ext_fields["version"])["counter"] == 0
+    resp = await remoting_client.invoke(broker.listening["namesrv"], RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG))
+    config = parse_java_properties(resp.body_bytes().decode().splitlines())
+    assert resp.code == ResponseCode.SUCCESS and config["brokerChannelExpiredTime"] == "120000"
+    assert config["listenPort"] == broker.listening["namesrv"].rsplit(":", 1)[1]  # the real one, not 0
+
+
+async def test_producer_connections_list_the_live_producers_of_a_group(broker, remoting_client):
+    addr = broker.listening["broker"]
+    list_request = RemotingCommand.request(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "requesters"})
+    missing = await remoting_client.invoke(addr, list_request)
+    assert missing.code == ResponseCode.SYSTEM_ERROR and missing.remark == "the producer group[requesters] not exist"
+    await remoting_client.invoke(addr, producer_heartbeat("10.0.0.9@p", "requesters"))
+    listing = await remoting_client.invoke(addr, RemotingCommand.request(
+        RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "requesters"}))
+    [connection] = json.loads(listing.body_bytes())["connectionSet"]
+    assert connection["clientId"] == "10.0.0.9@p" and connection["clientAddr"].startswith("127.0.0.1:")
+
+
+async def test_consumer_running_info_and_consume_directly_are_passed_to_the_named_consumer(broker, remoting_client):
+    from pyrmq.remoting.client import RemotingClient
+
+    addr = broker.listening["broker"]
+    asked: list[RemotingCommand] = []
+
+    async def on_call(conn, request):
+        asked.append(request)
+        return request.make_response(ResponseCode.SUCCESS, body=b'{"answer":' + str(request.code).encode() + b"}")
+
+    handlers = {RequestCode.GET_CONSUMER_RUNNING_INFO: on_call, RequestCode.CONSUME_MESSAGE_DIRECTLY: on_call}
+    async with RemotingClient(request_handlers=handlers) as consumer:
+        await consumer.invoke(addr, create_topic("CD"))
+        sent = await consumer.invoke(addr, send("CD", b"direct", 0))
+        await consumer.invoke(addr, heartbeat("10.0.0.1@c", "gd", "CD"))
+        info = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": "gd", "clientId": "10.0.0.1@c", "jstackEnable": "false"}))
+        assert info.code == ResponseCode.SUCCESS and info.body_bytes() == b'{"answer":307}'
+        assert asked[0].ext_fields["jstackEnable"] == "false"
+        direct = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.CONSUME_MESSAGE_DIRECTLY, {
+            "consumerGroup": "gd", "clientId": "10.0.0.1@c", "msgId": sent.ext_fields["msgId"]}))
+        assert direct.code == ResponseCode.SUCCESS and direct.body_bytes() == b'{"answer":309}'
+        handed = asked[1]
+        assert handed.ext_fields["brokerName"] == "broker-a" and b"direct" in handed.body_bytes()  # the stored record
+    gone = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.GET_CONSUMER_RUNNING_INFO, {
+        "consumerGroup": "gd", "clientId": "10.0.0.1@c"}))
+    assert gone.code == ResponseCode.SYSTEM_ERROR and gone.remark == "The Consumer <gd> <10.0.0.1@c> not online"
