@@ -418,6 +418,16 @@ def parse_java_properties(lines: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def format_java_properties(settings: Any, **overrides: Any) -> str:
+    """Settings (with ``overrides``, e.g. the real port of ``listenPort = 0``) as Java ``.properties`` text
+    (``key=value`` lines, booleans as ``true``/``false``): the body of GET_BROKER_CONFIG / GET_NAMESRV_CONFIG."""
+    out = []
+    for key, value in sorted({**attrs.asdict(settings), **overrides}.items()):
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        out.append(f"{key}={text}\n")
+    return "".join(out)
+
+
 def load_broker_conf(path: str | os.PathLike[str]) -> Bundle:
     """An existing RocketMQ ``broker.conf`` on top of the packaged broker bundle.
 

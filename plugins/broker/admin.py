@@ -3,7 +3,9 @@
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
 GET_ALL_CONSUMER_OFFSET (43), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_BROKER_RUNTIME_INFO (28),
-GET_CONSUMER_CONNECTION_LIST (203), INVOKE_BROKER_TO_RESET_OFFSET (222).
+GET_CONSUMER_CONNECTION_LIST (203), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO (300),
+GET_BROKER_CONFIG (26), GET_PRODUCER_CONNECTION_LIST (204), and GET_CONSUMER_RUNNING_INFO (307) /
+CONSUME_MESSAGE_DIRECTLY (309), which are passed on to the consumer they name.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import logging
 import time
 from typing import Any
 
+from pyrmq.kernel.bundles import format_java_properties
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
@@ -21,7 +24,10 @@ from pyrmq.plugins.broker.topics import NOT_ALLOWED_SEND_TOPICS, AUTO_CREATE_TOP
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.errors import RemotingError, RemotingTimeout
 from pyrmq.remoting.headers import CreateTopicRequestHeader, header
+from pyrmq.store.format import decode_message_id
+from pyrmq.store.retention import disk_usage_ratio
 
 log = logging.getLogger("pyrmq.broker.admin")
 
@@ -43,6 +49,20 @@ class ConsumeStatsHeader:
 
 
 @header
+class ProducerGroupHeader:
+    producer_group: str
+
+
+@header
+class CallConsumerHeader:
+    consumer_group: str
+    client_id: str
+
+
+CALL_CONSUMER_TIMEOUT = 10.0  # seconds, RocketMQ's Broker2Client.callClient
+
+
+@header
 class ResetOffsetHeader:
     topic: str
     group: str
@@ -57,6 +77,7 @@ def _mq_key(ctx: BrokerContext, topic: str, queue_id: int) -> fastjson.ObjectKey
 class AdminProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+        self.started_ms = int(time.time() * 1000)
 
     async def create_topic(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
@@ -122,6 +143,14 @@ class AdminProcessor:
             }
         return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON))
 
+    async def topic_consumed_by(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """QUERY_TOPIC_CONSUME_BY_WHO: groups subscribed to the topic now, plus groups with offsets on it (mqadmin
+        queryMsgById's message track)."""
+        topic = TopicHeader.from_ext_fields(request.ext_fields).topic
+        groups = {g for g, info in self.ctx.consumers.groups.items() if topic in info.subscriptions}
+        groups.update(self.ctx.offsets.groups_of_topic(topic))
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"groupList": sorted(groups)}).encode())
+
     async def consume_stats(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         """ConsumeStats: per queue broker offset, consumer offset (lag = difference) (mqadmin consumerProgress)."""
         h = ConsumeStatsHeader.from_ext_fields(request.ext_fields)
@@ -156,7 +185,19 @@ class AdminProcessor:
             "commitLogMaxOffset": str(store.max_phy_offset),
             "commitLogMinOffset": str(store.min_phy_offset),
             "earliestMessageTimeStamp": str(store.get_earliest_store_time()),
-            "bootTimestamp": str(int(time.time() * 1000)),
+            "bootTimestamp": str(self.started_ms),
+            # what mqadmin clusterList prints (it fails on a missing key): rates, queue backlogs, disk use.
+            # pyrmq has no request thread pools in front of its handlers and no page-cache lock, hence the zeros.
+            "putTps": self.ctx.put_stats.describe(),
+            "getTransferedTps": self.ctx.get_stats.describe(),
+            "msgPutTotalTodayNow": str(self.ctx.put_stats.total),
+            "msgGetTotalTodayNow": str(self.ctx.get_stats.total),
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": "0",
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "commitLogDiskRatio": f"{disk_usage_ratio(store.config.commit_log_dir):.4f}",
         }
         return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
 
@@ -181,6 +222,66 @@ class AdminProcessor:
         }
         return request.make_response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
+    async def broker_config(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONFIG: the settings as Java properties text; they never change while the broker runs, so the
+        data version stays at counter 0 from the start (mqadmin getBrokerConfig)."""
+        version = json.dumps({"counter": 0, "timestamp": self.started_ms}, separators=(",", ":"))
+        return request.make_response(
+            ResponseCode.SUCCESS, ext_fields={"version": version}, body=format_java_properties(self.ctx.settings, listenPort=self.ctx.store_host[1]).encode()
+        )
+
+    async def producer_connections(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_PRODUCER_CONNECTION_LIST: the live producers of a group (mqadmin producerConnection)."""
+        group = ProducerGroupHeader.from_ext_fields(request.ext_fields).producer_group
+        channels = self.ctx.producers.groups.get(group)
+        if not channels:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"the producer group[{group}] not exist")
+        body = {"connectionSet": [
+            {"clientId": c.client_id, "clientAddr": "%s:%d" % tuple(conn.remote_address), "language": c.language,
+             "version": c.version}
+            for conn, c in channels.items()
+        ]}
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+
+    async def call_consumer(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
+        """GET_CONSUMER_RUNNING_INFO / CONSUME_MESSAGE_DIRECTLY: passed on to the named consumer and its answer passed
+        back (mqadmin consumerStatus, queryMsgById -g -d), as RocketMQ's callConsumer. Answered from a task."""
+        h = CallConsumerHeader.from_ext_fields(request.ext_fields)
+        info = self.ctx.consumers.groups.get(h.consumer_group)
+        target = next((conn for conn, c in info.channels.items() if c.client_id == h.client_id), None) if info else None
+        if target is None:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer <{h.consumer_group}> <{h.client_id}> not online"
+            )
+        fields, body = dict(request.ext_fields), request.body_bytes()
+        if request.code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            # the broker fetches the message by its offset id and hands the stored record to the consumer
+            fields["brokerName"] = self.ctx.settings.brokerName
+            try:
+                record = self.ctx.store.look_message_bytes_by_offset(decode_message_id(fields.get("msgId", ""))[2])
+            except ValueError as exc:
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad msgId {fields.get('msgId')!r}: {exc}")
+            if record is None:
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message {fields.get('msgId')}")
+            body = bytes(record)
+        connection.start_soon(self._forward_to_consumer, connection, request, target, h, fields, body)
+        return None
+
+    async def _forward_to_consumer(
+        self, connection: Any, request: RemotingCommand, target: Any, h: Any, fields: dict[str, str], body: bytes
+    ) -> None:
+        forward = RemotingCommand.request(request.code, fields, body=body)
+        try:
+            answer = await target.invoke(forward, timeout=CALL_CONSUMER_TIMEOUT)
+            response = request.make_response(answer.code, answer.remark, dict(answer.ext_fields), answer.body_bytes())
+        except RemotingTimeout:
+            response = request.make_response(
+                ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{h.consumer_group}> <{h.client_id}> Timeout")
+        except RemotingError as exc:
+            response = request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"invoke consumer <{h.consumer_group}> <{h.client_id}> Exception: {exc}")
+        await connection.send_response(response)
+
     async def reset_offset(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         """INVOKE_BROKER_TO_RESET_OFFSET: move a group's committed offsets to a timestamp (mqadmin resetOffsetByTime)."""
         h = ResetOffsetHeader.from_ext_fields(request.ext_fields)
@@ -194,10 +295,24 @@ class AdminProcessor:
                 offsets[qid] = ctx.store.get_max_offset_in_queue(h.topic, qid)
             else:
                 offsets[qid] = ctx.store.get_offset_in_queue_by_time(h.topic, qid, h.timestamp)
+            committed = ctx.offsets.query(h.group, h.topic, qid)
+            if not h.is_force and 0 <= committed <= offsets[qid]:
+                offsets[qid] = committed  # without force an offset only moves back (RocketMQ's Broker2Client)
         ctx.offsets.reset(h.group, h.topic, offsets)
         ctx.offsets.persist()
         table = {_mq_key(ctx, h.topic, q): o for q, o in offsets.items()}
-        return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON))
+        body = fastjson.dumps({"offsetTable": table}, style=fastjson.FASTJSON)
+        # Running consumers hold their offsets in memory and would write the old ones back: tell each of them, as
+        # RocketMQ does (RESET_CONSUMER_CLIENT_OFFSET, oneway, JSON).
+        info = ctx.consumers.groups.get(h.group)
+        for conn in list(info.channels) if info else []:
+            push = RemotingCommand.request(
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET,
+                {"topic": h.topic, "group": h.group, "timestamp": str(h.timestamp), "isForce": str(h.is_force).lower()},
+                body=body, oneway=True,
+            )
+            conn.start_soon(ctx.send_oneway, conn, push)
+        return request.make_response(ResponseCode.SUCCESS, body=body)
 
 
 ADMIN = StateKey[AdminProcessor]("broker.admin")
@@ -225,6 +340,11 @@ def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
         RequestCode.GET_ALL_CONSUMER_OFFSET: p.all_consumer_offset,
         RequestCode.GET_TOPIC_STATS_INFO: p.topic_stats,
         RequestCode.GET_CONSUME_STATS: p.consume_stats,
+        RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: p.topic_consumed_by,
+        RequestCode.GET_BROKER_CONFIG: p.broker_config,
+        RequestCode.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
+        RequestCode.GET_CONSUMER_RUNNING_INFO: p.call_consumer,
+        RequestCode.CONSUME_MESSAGE_DIRECTLY: p.call_consumer,
         RequestCode.GET_BROKER_RUNTIME_INFO: p.runtime_info,
         RequestCode.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
         RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,

@@ -193,6 +193,14 @@ class ProducerManager:
             self.connection_closed(conn)
         return stale
 
+    def find_channel(self, client_id: str) -> Any | None:
+        """The live connection of the producer with this client id (the requester of a reply, spec 2.1 code 326)."""
+        for channels in self.groups.values():
+            for connection, info in channels.items():
+                if info.client_id == client_id and not getattr(connection, "closed", False):
+                    return connection
+        return None
+
     def any_channel(self, group: str) -> Any | None:
         channels = self.groups.get(group)
         if not channels:

@@ -13,8 +13,10 @@ closed, broker unregistered.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
+import time
 from typing import Any
 
 import trio
@@ -70,6 +72,43 @@ def store_config(settings: Any) -> StoreConfig:
         raise ConfigError(f"store settings rejected: {exc}", file="[broker]") from None
 
 
+class RateCounter:
+    """A running total and its rate over recent windows, like RocketMQ's StoreStatsService ``putTps`` /
+    ``getTransferedTps`` ("10 s, 1 min, 10 min" in one string). Samples are taken at most once a second, on use."""
+
+    WINDOWS = (10, 60, 600)
+
+    def __init__(self, clock: Any = time.monotonic) -> None:
+        self.clock = clock
+        self.total = 0
+        self.samples: collections.deque[tuple[float, int]] = collections.deque([(clock(), 0)])
+
+    def add(self, n: int) -> None:
+        self.total += n
+        self._sample()
+
+    def _sample(self) -> None:
+        now = self.clock()
+        if now - self.samples[-1][0] >= 1:
+            self.samples.append((now, self.total))
+        while len(self.samples) > 2 and now - self.samples[1][0] > self.WINDOWS[-1]:
+            self.samples.popleft()
+
+    def tps(self, window: float) -> float:
+        """Per-second rate since the newest sample at least ``window`` seconds old (or the oldest one kept)."""
+        self._sample()
+        now = self.clock()
+        start, count = self.samples[0]
+        for t, c in self.samples:
+            if now - t < window:
+                break
+            start, count = t, c
+        return (self.total - count) / (now - start) if now > start else 0.0
+
+    def describe(self) -> str:
+        return " ".join(f"{self.tps(w):.2f}" for w in self.WINDOWS)
+
+
 class BrokerContext:
     """Everything the broker's feature plugins share. One per broker role."""
 
@@ -89,6 +128,8 @@ class BrokerContext:
         self.offsets = ConsumerOffsetManager(persist=self._files["consumerOffset.json"].save)
         self.consumers = ConsumerManager(compile_filter=self.compile_filter, notify=self.notify_consumer_ids_changed)
         self.producers = ProducerManager()
+        self.put_stats = RateCounter()  # messages stored by SEND_MESSAGE* (mqadmin clusterList's InTPS)
+        self.get_stats = RateCounter()  # messages handed out by PULL_MESSAGE (OutTPS)
         # the store flushes as flushDiskType says (ASYNC_FLUSH interval flush or SYNC_FLUSH group commit)
         self.store = MessageStore(store_config(settings))
         #: the put interceptors (filled at collection, after every plugin's configure): send and send-back run it
@@ -119,14 +160,14 @@ class BrokerContext:
             return
         for connection in list(group.channels):
             request = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group.group}, oneway=True)
-            connection.start_soon(self._send_oneway, connection, request)
+            connection.start_soon(self.send_oneway, connection, request)
 
     @staticmethod
-    async def _send_oneway(connection: Any, request: RemotingCommand) -> None:
+    async def send_oneway(connection: Any, request: RemotingCommand) -> None:
         try:
             await connection.invoke_oneway(request)
         except RemotingError as exc:
-            log.debug("notify to %s failed: %s", connection, exc)
+            log.debug("oneway %s to %s failed: %s", request.code, connection, exc)
 
     # -- life cycle ------------------------------------------------------------------------------------------
 

@@ -206,6 +206,8 @@ class PullMessageProcessor:
             suggest_which_broker_id=0, next_begin_offset=next_begin, min_offset=result.min_offset, max_offset=result.max_offset
         )
         body = result.buffers if code == ResponseCode.SUCCESS else b""
+        if code == ResponseCode.SUCCESS:
+            ctx.get_stats.add(result.message_count)
         return request.make_response(code, status.value, response_header.to_ext_fields(), body)
 
     def _commit(self, header: PullMessageRequestHeader, first: bool) -> None:

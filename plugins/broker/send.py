@@ -1,4 +1,5 @@
-"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) (spec 2.1, 2.4, 3.1, 3.2, 5.7, 5.8, 7.3).
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) (spec 2.1, 2.4, 3.1, 3.2, 5.7, 5.8, 7.3), and
+SEND_REPLY_MESSAGE / _V2 (324, 325) of request-reply.
 
 Checks in RocketMQ's order (AbstractSendMessageProcessor#msgCheck), topic auto-creation from TBW102, then the put
 interceptors (``kernel.put_chain``, collected once through ``pyrmq_register_put_interceptors``: dead-letter
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
@@ -27,6 +29,7 @@ from pyrmq.plugins.broker.topics import (
 )
 from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.errors import RemotingError
 from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.errors import CorruptRecordError
@@ -37,6 +40,7 @@ from pyrmq.store.format import (
     MessageRecord,
     decode_batch_body,
     decode_properties,
+    encode_properties,
 )
 from pyrmq.store.results import PutMessageResult, PutMessageStatus
 
@@ -44,6 +48,9 @@ log = logging.getLogger("pyrmq.broker.send")
 
 PROPERTY_CLUSTER = MessageProperty.CLUSTER
 PROPERTY_WAIT = MessageProperty.WAIT_STORE_MSG_OK
+PROPERTY_REPLY_TO_CLIENT = MessageProperty.MESSAGE_REPLY_TO_CLIENT
+PROPERTY_PUSH_REPLY_TIME = MessageProperty.PUSH_REPLY_TIME
+REPLY_PUSH_TIMEOUT = 3.0  # seconds; a requester that cannot take its reply within a producer's send timeout is gone
 
 # PutMessageStatus -> send response code (spec 2.4)
 _PUT_CODE = {
@@ -162,10 +169,85 @@ class SendProcessor:
                 result = self.ctx.store.put_message(record)
         except SendRejected as exc:
             return request.make_response(exc.code, exc.remark, dict(self.ext_common))
+        if result.status is PutMessageStatus.PUT_OK and result.append is not None:
+            self.ctx.put_stats.add(result.append.msg_num)
         if result.status is PutMessageStatus.PUT_OK and wait and (self.sync_flush or self.sync_master):
             connection.start_soon(self._answer_when_durable, connection, request, result, queue_id)
             return None
         return self._response(request, result, queue_id)
+
+    async def send_reply(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
+        """SEND_REPLY_MESSAGE(_V2), as RocketMQ's ReplyMessageProcessor: the reply goes at once to the requesting
+        producer (PUSH_REPLY_MESSAGE_TO_CLIENT, 326, on the connection whose heartbeat carried the client id in
+        ``REPLY_TO_CLIENT``; SYSTEM_ERROR with a remark when that fails), then it is stored in its topic
+        (``<cluster>_REPLY_TOPIC``) like RocketMQ's default ``storeReplyMessageEnable = true``.
+
+        Answered from a task: the requester's connection may be this very one (requester and replier in one
+        client), whose reader must stay free to read the requester's answer to the push."""
+        header = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
+        born_host = connection.remote_address
+        try:
+            _, queue_id = self.check(header, born_host)
+        except SendRejected as exc:
+            return request.make_response(exc.code, exc.remark, dict(self.ext_common))
+        connection.start_soon(self._answer_reply, connection, request, header, queue_id)
+        return None
+
+    async def _answer_reply(
+        self, connection: Any, request: RemotingCommand, header: SendMessageRequestHeader, queue_id: int
+    ) -> None:
+        born_host = connection.remote_address
+        properties = decode_properties(header.properties) if header.properties else {}
+        code, remark = await self._push_reply(header, request, properties, born_host)
+        ext = dict(self.ext_common)
+        if code == ResponseCode.SUCCESS:
+            ext.update(SendMessageResponseHeader(msg_id="0", queue_id=queue_id, queue_offset=0).to_ext_fields())
+        record = self.record(header, header.topic, queue_id, request.body_bytes(), properties, born_host)
+        if self.chain.applies(record):  # a reply is a put like any other: the interceptors see it too
+            record = self.chain(record, PutContext(PutKind.SEND, request, born_host, header.reconsume_times or 0, None))
+        if record.__class__ is Rejection:
+            code, remark = record.code, record.remark
+        else:
+            result = self.ctx.store.put_message(record)
+            if result.status.is_ok and result.append is not None:
+                self.ctx.put_stats.add(1)
+                ext.update(SendMessageResponseHeader(
+                    msg_id=result.append.msg_id, queue_id=queue_id, queue_offset=result.append.queue_offset
+                ).to_ext_fields())
+        try:
+            await connection.send_response(request.make_response(code, remark, ext))
+        except RemotingError as exc:
+            log.debug("reply answer to %s lost: %s", connection, exc)
+
+    async def _push_reply(
+        self, header: SendMessageRequestHeader, request: RemotingCommand, properties: dict[str, str],
+        born_host: tuple[str, int],
+    ) -> tuple[int, str | None]:
+        requester = properties.get(PROPERTY_REPLY_TO_CLIENT)
+        if not requester:
+            return ResponseCode.SYSTEM_ERROR, f"reply message properties[{PROPERTY_REPLY_TO_CLIENT}] is null"
+        channel = self.ctx.producers.find_channel(requester)
+        if channel is None:
+            return ResponseCode.SYSTEM_ERROR, f"push reply message fail, channel of <{requester}> not found."
+        now = int(time.time() * 1000)
+        pushed = dict(properties, **{PROPERTY_PUSH_REPLY_TIME: str(now)})
+        store_ip, store_port = self.ctx.store_host
+        push = RemotingCommand.request(RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, {
+            "producerGroup": header.producer_group, "topic": header.topic, "defaultTopic": header.default_topic,
+            "defaultTopicQueueNums": str(header.default_topic_queue_nums), "queueId": str(header.queue_id),
+            "sysFlag": str(header.sys_flag), "bornTimestamp": str(header.born_timestamp), "flag": str(header.flag),
+            "properties": encode_properties(pushed), "reconsumeTimes": str(header.reconsume_times or 0),
+            "unitMode": "true" if header.unit_mode else "false", "bornHost": f"{born_host[0]}:{born_host[1]}",
+            "storeHost": f"{store_ip}:{store_port}", "storeTimestamp": str(now),
+        }, body=request.body_bytes())
+        try:
+            answer = await channel.invoke(push, timeout=REPLY_PUSH_TIMEOUT)
+        except RemotingError as exc:
+            log.warning("push reply message to <%s> failed: %s", requester, exc)
+            return ResponseCode.SYSTEM_ERROR, f"push reply message to <{requester}> fail: {exc}"
+        if answer.code != ResponseCode.SUCCESS:
+            return ResponseCode.SYSTEM_ERROR, f"push reply message to <{requester}> fail: {answer.remark}"
+        return ResponseCode.SUCCESS, None
 
     def _single_record(
         self, header: SendMessageRequestHeader, request: RemotingCommand, born_host: tuple[str, int]
@@ -265,6 +347,6 @@ def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
         RequestCode.SEND_MESSAGE: processor.send,
         RequestCode.SEND_MESSAGE_V2: processor.send,
         RequestCode.SEND_BATCH_MESSAGE: processor.send,
-        RequestCode.SEND_REPLY_MESSAGE: processor.send,
-        RequestCode.SEND_REPLY_MESSAGE_V2: processor.send,
+        RequestCode.SEND_REPLY_MESSAGE: processor.send_reply,
+        RequestCode.SEND_REPLY_MESSAGE_V2: processor.send_reply,
     }

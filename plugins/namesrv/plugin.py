@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from pyrmq.kernel.bundles import format_java_properties
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.namesrv.kvconfig import KVConfig
@@ -110,6 +111,7 @@ class NameServer:
 
     def __init__(self, kernel: Any) -> None:
         settings = kernel.bundle.namesrv
+        self.kernel = kernel
         self.settings = settings
         self.routes = RouteTable(order_message_enable=settings.orderMessageEnable)
         self.kv = KVConfig(settings.kvConfigPath)
@@ -133,6 +135,7 @@ class NameServer:
             RequestCode.GET_KV_CONFIG: self.get_kv,
             RequestCode.DELETE_KV_CONFIG: self.delete_kv,
             RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_config,
         }
 
     async def register_broker(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
@@ -224,6 +227,12 @@ class NameServer:
         h = PutKVConfigRequestHeader.from_ext_fields(req.ext_fields)
         self.kv.put(h.namespace, h.key, h.value)
         return req.make_response(ResponseCode.SUCCESS)
+
+    async def get_config(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
+        """GET_NAMESRV_CONFIG (319): the settings as Java properties text (mqadmin getNamesrvConfig)."""
+        listening = self.kernel.listening.get(ROLE)
+        port = int(listening.rpartition(":")[2]) if listening else self.settings.listenPort
+        return req.make_response(ResponseCode.SUCCESS, body=format_java_properties(self.settings, listenPort=port).encode())
 
     async def get_kv(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
         h = GetKVConfigRequestHeader.from_ext_fields(req.ext_fields)

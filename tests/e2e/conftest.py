@@ -5,6 +5,7 @@ ali-ons is installed once into a cache directory (``$PYRMQ_CACHE_DIR``, default 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -114,3 +115,153 @@ def spawn(tmp_path):
     yield start
     for role in roles:
         role.kill()
+
+
+# -- the official Apache RocketMQ Java client (tests/e2e/java) ----------------------------------------------------
+
+sys.path.insert(0, str(Path(__file__).parent / "java"))
+import javapeers  # noqa: E402  (tests/e2e/java, imports nothing of pyrmq)
+
+DRIVER_SRC = Path(__file__).parent / "java" / "driver"
+LOGBACK = """<configuration>
+  <appender name="FILE" class="ch.qos.logback.core.FileAppender">
+    <file>{log}</file>
+    <encoder><pattern>%d{{HH:mm:ss.SSS}} %-5level %logger{{36}} - %msg%n</pattern></encoder>
+  </appender>
+  <root level="WARN"><appender-ref ref="FILE"/></root>
+</configuration>
+"""
+
+
+class JavaDriver:
+    """tests/e2e/java/driver/Driver.java in one JVM: ``call(op, **args)`` sends one JSON command and returns its
+    answer, failing the test when it does not come within ``timeout`` seconds or says ``ok: false``."""
+
+    def __init__(self, namesrv: str, workdir: Path, props: dict[str, str] | None = None) -> None:
+        import queue
+        import threading
+
+        try:
+            classes = javapeers.compile_sources(DRIVER_SRC)
+            home = workdir / "rocketmq-home"
+            (home / "conf").mkdir(parents=True, exist_ok=True)
+            (home / "conf" / "logback_tools.xml").write_text(LOGBACK.format(log=workdir / "tools.log"))
+            self.client_log = workdir / "logs" / "rocketmq_client.log"
+            argv = javapeers.java_command("client", "Driver", namesrv, extra_classpath=[classes], heap="256m", props={
+                "user.home": str(workdir),
+                "rocketmq.home.dir": str(home),
+                "logback.configurationFile": str(home / "conf" / "logback_tools.xml"),
+                "rocketmq.client.logRoot": str(workdir / "logs"),
+                "rocketmq.client.logLevel": "INFO",
+                "rocketmq.client.localOffsetStoreDir": str(workdir / "offsets"),
+                "rocketmq.client.rebalance.waitInterval": "1000",
+                **(props or {}),
+            })
+        except javapeers.JavaPeerError as exc:
+            pytest.fail(str(exc))
+        self.stderr_path = workdir / "driver.stderr"
+        self._stderr = open(self.stderr_path, "wb")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                     text=True, cwd=workdir)
+        self._answers: queue.Queue = queue.Queue()
+        self._next_id = 0
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self._answers.put(json.loads(line))
+        self._answers.put(None)
+
+    def call(self, op: str, *, timeout: float = 30, check: bool = True, **args) -> dict:
+        import queue
+
+        self._next_id += 1
+        request_id = self._next_id
+        self.proc.stdin.write(json.dumps({"op": op, "id": request_id, **args}) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                answer = self._answers.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"the Java driver did not answer {op} {args} within {timeout} s; "
+                                     f"see {self.stderr_path} and {self.client_log}") from None
+            if answer is None:
+                raise AssertionError(f"the Java driver exited ({self.proc.wait()}) during {op}:\n"
+                                     f"{self.stderr_path.read_text()[-3000:]}")
+            if answer.get("id") == request_id:
+                break
+        if check and not answer.get("ok"):
+            raise AssertionError(f"Java driver {op} {args} failed: {answer.get('error')} (cause: {answer.get('cause')})")
+        return answer
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.call("exit", timeout=20, check=False)
+                self.proc.wait(20)
+        except (AssertionError, subprocess.TimeoutExpired, BrokenPipeError, OSError):
+            pass
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+            self._stderr.close()
+
+
+@pytest.fixture(scope="module")
+def java_cluster(tmp_path_factory, request):
+    """A `pyrmq namesrv` + `pyrmq broker` pair (broker on a port whose VIP port, port - 2, is free too; delay levels
+    from the module's ``BROKER_SETTINGS``) and the Java driver connected to them, shared by one test module."""
+    workdir = tmp_path_factory.mktemp("java")
+    roles: list[Role] = []
+    driver = None
+    try:
+        namesrv = Role(["namesrv", "--listen", "127.0.0.1:0"], workdir / "namesrv.log").start()
+        roles.append(namesrv)
+        port = _port_with_vip()
+        settings = [x for k, v in getattr(request.module, "BROKER_SETTINGS", {}).items() for x in ("--set", f"{k}={v}")]
+        broker = Role(["broker", "-c", "broker", "--namesrv", namesrv.listening["namesrv"], "--listen", f"127.0.0.1:{port}",
+                       "--store-dir", str(workdir / "store"), *settings], workdir / "broker.log").start()
+        roles.append(broker)
+        driver = JavaDriver(namesrv.listening["namesrv"], workdir)
+        driver.namesrv, driver.broker_addr = namesrv.listening["namesrv"], broker.listening["broker"]
+        yield {"namesrv": namesrv.listening["namesrv"], "broker": broker.listening["broker"], "driver": driver,
+               "workdir": workdir, "broker_role": broker}
+    finally:
+        if driver is not None:
+            driver.close()
+        for role in reversed(roles):
+            role.kill()
+
+
+@pytest.fixture
+def java_driver():
+    """``java_driver(namesrv, workdir, props={...})``: a further Java driver JVM (e.g. with other client system
+    properties), closed after the test."""
+    drivers: list[JavaDriver] = []
+
+    def start(namesrv: str, workdir: Path, props: dict[str, str] | None = None) -> JavaDriver:
+        drivers.append(JavaDriver(namesrv, workdir, props))
+        return drivers[-1]
+
+    yield start
+    for driver in drivers:
+        driver.close()
+
+
+def _port_with_vip() -> int:
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            with socket.socket() as vip:
+                vip.bind(("127.0.0.1", port - 2))
+            return port
+        except OSError:
+            continue
+    raise AssertionError("no free port pair (port, port - 2) for the broker and its VIP port")
