@@ -18,6 +18,7 @@ import trio
 from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.plugins.broker.consumer_filter import RETRY_GROUP_TOPIC_PREFIX, RetryTopicFilter, is_tag_type
 from pyrmq.plugins.broker.core import BROKER
 from pyrmq.plugins.broker.topics import is_readable
 from pyrmq.remoting.codes import RequestCode, ResponseCode
@@ -161,7 +162,8 @@ class PullMessageProcessor:
             )
         expression_type = (header.expression_type or "TAG").upper()
         if header.sys_flag & FLAG_SUBSCRIPTION:
-            if expression_type != "TAG" and not settings.enablePropertyFilter:
+            # Java delivers everything when SQL in the header does not compile; we refuse it (docs/decisions.md)
+            if not is_tag_type(expression_type) and not settings.enablePropertyFilter:
                 return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {expression_type}")
             try:
                 message_filter = ctx.compile_filter(expression_type, header.subscription or "*")
@@ -176,9 +178,22 @@ class PullMessageProcessor:
                 return self._error(request, ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist: {header.topic}")
             if sub.sub_version < header.sub_version:
                 return self._error(request, ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-            if sub.expression_type != "TAG" and not settings.enablePropertyFilter:
-                return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {sub.expression_type}")
             message_filter = sub.message_filter
+            if not is_tag_type(sub.expression_type):
+                # the group's filter data, registered by heartbeats and versioned by subVersion (spec 7.11)
+                data = ctx.consumer_filters.get(header.topic, header.consumer_group)
+                if data is None or data.compiled is None:
+                    return self._error(
+                        request, ResponseCode.FILTER_DATA_NOT_EXIST,
+                        "The broker's consumer filter data is not exist!Your expression may be wrong!",
+                    )
+                if data.client_version < header.sub_version:
+                    return self._error(request, ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest")
+                if not settings.enablePropertyFilter:
+                    return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {sub.expression_type}")
+                message_filter = data.compiled
+        if settings.filterSupportRetry and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            message_filter = RetryTopicFilter(message_filter, header.consumer_group, ctx.consumer_filters)
         response = self.execute(connection, request, header, message_filter, first=True)
         if response is None:
             timeout = header.suspend_timeout_millis if settings.longPollingEnable else settings.shortPollingTimeMills
