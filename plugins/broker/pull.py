@@ -45,6 +45,13 @@ _STATUS_CODE = {
 }
 
 
+def _matches_properties(message_filter: Any, properties: dict[str, str]) -> bool:
+    """A property filter (SQL92) checks the arriving message's properties before waking a parked pull, as Java's
+    ``isMatchedByCommitLog(null, properties)`` at arrival; other filters wake on the consume-queue check alone."""
+    check = getattr(message_filter, "is_matched_by_properties", None)
+    return check is None or check(properties)
+
+
 @attrs.define(eq=False)
 class ParkedPull:
     connection: Any
@@ -81,7 +88,7 @@ class PullRequestHoldService:
             return
         for pull in waiting:
             f = pull.message_filter
-            if f is None or f.is_matched_by_consume_queue(request.tags_code):
+            if f is None or f.is_matched_by_consume_queue(request.tags_code) and _matches_properties(f, request.properties):
                 self._ready.add(key)
                 self._wake.set()
                 return

@@ -28,6 +28,8 @@ class Sql92Expression:
     _ev: object = attrs.field(repr=False)
     #: the parsed tree printed back (blanks, case and redundant parentheses gone), like Java's ``toString``
     canonical: str = attrs.field(default="", repr=False)
+    #: the property names the expression reads (the broker extracts only these from a stored message)
+    names: frozenset[str] = attrs.field(default=frozenset(), repr=False)
 
     def evaluate(self, properties: Mapping[str, str]) -> bool | None | str:
         try:
@@ -46,5 +48,5 @@ def compile_sql92(text: str) -> Sql92Expression:
     """Parse ``text``; raises :class:`Sql92SyntaxError` (a ``FilterExpressionError``) when it does not parse."""
     if not isinstance(text, str) or not text.strip():
         raise Sql92SyntaxError("the expression is empty", text if isinstance(text, str) else "", 0)
-    node = parse(text)
-    return Sql92Expression(text, node.ev, node.text)
+    node, names = parse(text)
+    return Sql92Expression(text, node.ev, node.text, names)

@@ -23,9 +23,12 @@ DOUBLE_MIN = 5e-324  # Double.MIN_VALUE
 _STRING_TESTS = ("CONTAINS", "STARTSWITH", "ENDSWITH")
 
 
-def parse(text: str) -> Node:
-    """Parse and compile ``text``; the returned node's ``ev(properties)`` is True when a message matches."""
-    return _Parser(text).parse()
+def parse(text: str) -> tuple[Node, frozenset[str]]:
+    """Parse and compile ``text``: the root node (its ``ev(properties)`` is True when a message matches) and the
+    property names the expression reads."""
+    parser = _Parser(text)
+    node = parser.parse()
+    return node, frozenset(parser.names)
 
 
 def _string_value(token: Token) -> str:
@@ -37,6 +40,7 @@ class _Parser:
         self.text = text
         self.tokens = tokenize(text)
         self.i = 0
+        self.names: set[str] = set()
 
     # -- token helpers ---------------------------------------------------------------------------------------------
 
@@ -203,6 +207,7 @@ class _Parser:
         if kind == "NULL":
             return nodes.literal(None, boolean=True)
         if kind == "id":
+            self.names.add(t.text)
             return nodes.prop(t.text)
         if kind == "(":
             node = self.or_expr()

@@ -29,10 +29,11 @@ def send(topic, body, props, queue_id=0):
     }, body)
 
 
-def pull(topic, *, sql=None, sub_version=0, offset=0, group=GROUP, expression_type="SQL92"):
+def pull(topic, *, sql=None, sub_version=0, offset=0, group=GROUP, expression_type="SQL92", suspend_ms=0):
+    flag = (4 if sql is not None else 0) | (2 if suspend_ms else 0)
     fields = {
         "consumerGroup": group, "topic": topic, "queueId": "0", "queueOffset": str(offset), "maxMsgNums": "32",
-        "sysFlag": "4" if sql is not None else "0", "commitOffset": "0", "suspendTimeoutMillis": "0",
+        "sysFlag": str(flag), "commitOffset": "0", "suspendTimeoutMillis": str(suspend_ms),
         "subVersion": str(sub_version),
     }
     if sql is not None:
@@ -203,3 +204,24 @@ async def test_retry_topics_are_sql_filtered_only_with_filter_support_retry(star
     await stored(remoting_client, addr, retry, [(b, {**p, "RETRY_TOPIC": "TR"}) for b, p in MIXED[:3]])
     got = bodies(await remoting_client.invoke(addr, pull(retry, sub_version=3)))
     assert got == ([b"eu-150", b"eu-900"] if support_retry else [b"eu-150", b"eu-900", b"us-200"])
+
+
+async def test_a_parked_pull_wakes_only_for_a_matching_message(start_role, remoting_client):
+    addr = (await start_role("dev", ON)).listening["broker"]
+    await stored(remoting_client, addr, "TLp", [])
+    answer = {}
+
+    async def parked():
+        answer["pull"] = await remoting_client.invoke(addr, pull("TLp", sql="region = 'eu'", suspend_ms=15000), timeout=30)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked)
+        await trio.sleep(0.3)
+        assert (await remoting_client.invoke(addr, send("TLp", b"us", {"region": "us"}))).code == 0
+        await trio.sleep(0.5)
+        assert "pull" not in answer  # the arriving message does not match: the pull stays parked
+        assert (await remoting_client.invoke(addr, send("TLp", b"eu", {"region": "eu"}))).code == 0
+        with trio.fail_after(10):
+            while "pull" not in answer:
+                await trio.sleep(0.02)
+    assert bodies(answer["pull"]) == [b"eu"]
