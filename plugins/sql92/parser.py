@@ -259,10 +259,8 @@ class _Parser:
             if not ordered:
                 self.fail(f"illegal values of between, left value ({low.text}) must be less than or equal to right "
                           f"value ({high.text})", op)
-        if negated:
-            for node in (value, low, value, high):
-                self.check_order_operand(node, op)
-            return nodes.or_(nodes.compare("<", value, low), nodes.compare(">", value, high))
-        for node in (value, low, value, high):
+        for node in (value, low, high):
             self.check_order_operand(node, op)
+        if negated:  # NOT BETWEEN is value < low OR value > high
+            return nodes.or_(nodes.compare("<", value, low), nodes.compare(">", value, high))
         return nodes.and_(nodes.compare(">=", value, low), nodes.compare("<=", value, high))
