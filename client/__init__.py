@@ -30,10 +30,12 @@ _EXPORTS = {
     "ConsumeFrom": "consumer",
     "ConsumeResult": "consumer",
     "InvalidMessageError": "errors",
+    "InvalidSubscriptionError": "errors",
     "Message": "message",
     "MessageExt": "message",
     "MessageModel": "consumer",
     "MessageQueue": "message",
+    "MessageSelector": "message_selector",
     "NameServerUnreachable": "errors",
     "Producer": "producer",
     "PullConsumer": "pull_consumer",
@@ -66,6 +68,7 @@ if TYPE_CHECKING:  # pragma: no cover
         SendFailedError,
         TopicNotFoundError,
     )
+    from pyrmq.client.message_selector import MessageSelector
     from pyrmq.client.message import Message, MessageExt, MessageQueue, PullResult, PullStatus, SendResult, SendStatus
     from pyrmq.client.producer import Producer, SendContext, SendFuture, SendHook
     from pyrmq.client.pull_consumer import PullConsumer

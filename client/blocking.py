@@ -251,11 +251,11 @@ class BlockingPushConsumer(_BlockingService):
         self.consumer = PushConsumer(namesrv, group, **kwargs)
         super().__init__(self.consumer)
 
-    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+    def subscribe(self, topic: str, expression: Any = "*", expression_type: str = "TAG", *, sql: str | None = None) -> None:
         if self._portal is None:
-            self.consumer.subscribe(topic, expression, expression_type)
+            self.consumer.subscribe(topic, expression, expression_type, sql=sql)
         else:
-            self._portal.run_sync(self.consumer.subscribe, topic, expression, expression_type)
+            self._portal.run_sync(functools.partial(self.consumer.subscribe, topic, expression, expression_type, sql=sql))
 
     def register_listener(self, listener: Callable[[MessageExt], Any]) -> Callable[[MessageExt], Any]:
         return self.consumer.register_listener(listener)

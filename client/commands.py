@@ -149,7 +149,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
             args.namesrv, args.group, message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
             consume_from=args.start, orderly=args.orderly,
         )
-        consumer.subscribe(args.topic, args.expr)
+        consumer.subscribe(args.topic, args.expr, sql=args.sql)
         count = 0
         async with consumer:
             if not consumer.topic_queues.get(args.topic):
@@ -216,7 +216,11 @@ def _add_consume(sub: Any, parent: argparse.ArgumentParser) -> None:
                                    "seconds without a message, or on Ctrl-C (offsets are committed either way).")
     p.add_argument("--topic", "-t", required=True)
     p.add_argument("--group", "-g", required=True, help="consumer group")
-    p.add_argument("--expr", default="*", help="tag expression, e.g. 'TagA || TagB' (default *)")
+    filters = p.add_mutually_exclusive_group()
+    filters.add_argument("--expr", default="*", help="tag expression, e.g. 'TagA || TagB' (default *)")
+    filters.add_argument("--sql", metavar="EXPRESSION",
+                         help="SQL92 filter over message properties, e.g. \"region = 'eu' AND amount > 100\" "
+                              "(the broker needs enablePropertyFilter=true)")
     p.add_argument("--broadcast", action="store_true", help="broadcasting instead of clustering")
     p.add_argument("--orderly", action="store_true", help="orderly consumption (queue locks)")
     p.add_argument("--from", dest="start", type=_from, default="last", metavar="first|last|TIMESTAMP",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -16,8 +17,11 @@ from pyrmq.client.config import ClientConfig, check_name
 from pyrmq.client.errors import InvalidMessageError
 from pyrmq.client.instance import ClientInstance
 from pyrmq.client.message import MessageQueue
+from pyrmq.client.message_selector import MessageSelector, check_expression
 from pyrmq.client.route import TopicRoute
 from pyrmq.client.service import ClientService
+from pyrmq.remoting.codes import RequestCode
+from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.message import java_string_hash
 from pyrmq.remoting.vocabulary import RETRY_GROUP_TOPIC_PREFIX as RETRY_TOPIC_PREFIX
 
@@ -78,9 +82,22 @@ def parse_timestamp(value: str | int | float | datetime.datetime) -> int:
         raise InvalidMessageError(f"not a timestamp: {value!r} (ms since epoch, yyyyMMddHHmmss or ISO 8601)") from None
 
 
+def selector_parts(
+    expression: str | MessageSelector | None, expression_type: str, sql: str | None
+) -> tuple[str | None, str]:
+    """(expression, type) from subscribe/pull arguments: a MessageSelector, ``sql=``, or an expression and type."""
+    if sql is not None:
+        if expression not in (None, "*"):
+            raise InvalidMessageError("give either a tag expression or sql=, not both")
+        return sql, "SQL92"
+    if isinstance(expression, MessageSelector):
+        return expression.expression, expression.expression_type
+    return expression, expression_type
+
+
 @attrs.define
 class Subscription:
-    """A topic and its filter (TAG expressions ``*`` / ``A || B``, or SQL92 passed through to the broker)."""
+    """A topic and its filter (TAG expressions ``*`` / ``A || B``, or SQL92 checked here and evaluated by the broker)."""
 
     topic: str
     expression: str = SUB_ALL
@@ -94,6 +111,7 @@ class Subscription:
         expression = (expression or SUB_ALL).strip() or SUB_ALL
         expression_type = (expression_type or "TAG").upper()
         tags: frozenset[str] = frozenset()
+        check_expression(expression_type, expression)
         if expression_type == "TAG" and expression != SUB_ALL:
             tags = frozenset(t.strip() for t in expression.split("||") if t.strip())
             if not tags:
@@ -156,9 +174,15 @@ class ConsumerCore(ClientService):
     def clustering(self) -> bool:
         return self.message_model is MessageModel.CLUSTERING
 
-    def subscribe(self, topic: str, expression: str | None = "*", expression_type: str = "TAG") -> None:
-        """Subscribe ``topic`` with a tag expression (``*``, ``TagA || TagB``) or another expression type
-        (``SQL92``) the broker evaluates; calling again replaces the expression."""
+    def subscribe(
+        self, topic: str, expression: str | MessageSelector | None = "*", expression_type: str = "TAG", *,
+        sql: str | None = None,
+    ) -> None:
+        """Subscribe ``topic`` with a tag expression (``*``, ``TagA || TagB``), an SQL92 expression over message
+        properties (``sql="region = 'eu'"``, or ``MessageSelector.by_sql(...)``; the broker needs
+        ``enablePropertyFilter``) or another expression type; calling again replaces the expression. An SQL92
+        expression that does not parse raises InvalidSubscriptionError naming the line and column."""
+        expression, expression_type = selector_parts(expression, expression_type, sql)
         self.subscriptions[topic] = Subscription.build(topic, expression, expression_type)
         if self.started:
             self.instance.heartbeat_soon()
@@ -209,6 +233,19 @@ class ConsumerCore(ClientService):
             route = await instance.update_route(topic)
             if route is not None:
                 self.topic_queues[topic] = route.subscribe_queues()
+
+    async def _check_in_brokers(self) -> None:
+        """CHECK_CLIENT_CONFIG (46) for each non-TAG subscription, to one broker of its topic (Java
+        ``checkClientInBroker``): a broker without ``enablePropertyFilter`` or one that cannot parse the expression
+        refuses the start with BrokerError (SYSTEM_ERROR, or SUBSCRIPTION_PARSE_FAILED with the parser's reason)."""
+        for sub in list(self.subscriptions.values()):
+            queues = self.topic_queues.get(sub.topic)
+            if sub.expression_type == "TAG" or not queues:
+                continue
+            addr = await self.instance.broker_addr_for(queues[0])
+            body = {"clientId": self.instance.client_id, "group": self.group, "subscriptionData": sub.to_json()}
+            request = RemotingCommand.request(RequestCode.CHECK_CLIENT_CONFIG, {}, json.dumps(body).encode())
+            await self.instance.invoke_broker(addr, request)
 
     def _forget(self) -> None:
         if self.instance.consumers.get(self.group) is self:

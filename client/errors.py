@@ -2,6 +2,7 @@
 
     ClientError
     +-- InvalidMessageError      a message or name the client refuses before sending (also a ValueError)
+    |   +-- InvalidSubscriptionError  a subscription expression that does not parse (``line``, ``column``)
     +-- NameServerUnreachable    no name server answered
     +-- TopicNotFoundError       no route for the topic, and no TBW102 route to auto-create it from
     +-- BrokerError              a broker answered with an error code (``code``, ``remark``, ``broker``)
@@ -19,6 +20,7 @@ from pyrmq.kernel.errors import PyrmqError
 __all__ = [
     "ClientError",
     "InvalidMessageError",
+    "InvalidSubscriptionError",
     "NameServerUnreachable",
     "TopicNotFoundError",
     "BrokerError",
@@ -33,6 +35,15 @@ class ClientError(PyrmqError):
 
 class InvalidMessageError(ClientError, ValueError):
     """A message, topic or group the client refuses to send (spec 7.9 names, 4 MiB bodies, reserved properties)."""
+
+
+class InvalidSubscriptionError(InvalidMessageError):
+    """A subscription expression (SQL92) that does not parse; ``line`` and ``column`` point at the problem."""
+
+    def __init__(self, message: str, *, line: int, column: int) -> None:
+        super().__init__(message)
+        self.line = line
+        self.column = column
 
 
 class NameServerUnreachable(ClientError):

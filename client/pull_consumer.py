@@ -23,7 +23,8 @@ import trio
 
 from pyrmq.client import api, pipelined_pull
 from pyrmq.client.config import ClientConfig
-from pyrmq.client.consumer import ConsumeFrom, ConsumerCore, MessageModel, Subscription
+from pyrmq.client.consumer import ConsumeFrom, ConsumerCore, MessageModel, Subscription, selector_parts
+from pyrmq.client.message_selector import MessageSelector
 from pyrmq.client.errors import TopicNotFoundError
 from pyrmq.client.instance import ClientInstance
 from pyrmq.client.message import MessageQueue, PullResult
@@ -99,17 +100,20 @@ class PullConsumer(ConsumerCore):
     async def pull(
         self,
         mq: MessageQueue,
-        expression: str = "*",
+        expression: str | MessageSelector = "*",
         offset: int = 0,
         max_nums: int = 32,
         *,
         expression_type: str = "TAG",
+        sql: str | None = None,
         block: bool = False,
         suspend_ms: int = 20000,
         timeout: float | None = None,
     ) -> PullResult:
-        """PULL_MESSAGE from ``offset`` with a filter expression; tags are re-checked client side."""
+        """PULL_MESSAGE from ``offset`` with a filter: a tag expression (re-checked client side), ``sql=`` or a
+        MessageSelector (evaluated by the broker, which needs ``enablePropertyFilter``)."""
         self._check_started()
+        expression, expression_type = selector_parts(expression, expression_type, sql)
         sub = Subscription.build(mq.topic, expression, expression_type)
         sys_flag = int(PullSysFlag.SUBSCRIPTION | (PullSysFlag.SUSPEND if block else 0))
         if timeout is None:

@@ -175,6 +175,7 @@ class PushConsumer(ConsumerCore):
         self._started_at = time.monotonic()
         try:
             await self._register()
+            await self._check_in_brokers()
             await self.instance.send_heartbeat()
             await self.rebalancer.rebalance_all()
         except BaseException:
@@ -306,7 +307,8 @@ class PushConsumer(ConsumerCore):
                         return
                     delay = PULL_EXCEPTION_DELAY
                     if isinstance(exc, BrokerError) and exc.code in (
-                        ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST
+                        ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST,
+                        ResponseCode.FILTER_DATA_NOT_EXIST, ResponseCode.FILTER_DATA_NOT_LATEST,
                     ):
                         instance.heartbeat_soon()  # the broker lost (or has an old copy of) our subscription
                         delay = 0.2

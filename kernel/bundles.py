@@ -179,6 +179,13 @@ class BrokerSettings:
     shortPollingTimeMills: int = _setting(1000, _at_least(1))
     slaveReadEnable: bool = _setting(False)
     enablePropertyFilter: bool = _setting(False)
+    filterSupportRetry: bool = _setting(False)
+    filterDataCleanTimeSpan: int = _setting(24 * 3600 * 1000, _at_least(0))
+    # the bloom-filter path (consume-queue ext bitmaps): accepted for broker.conf compatibility, ignored with a warning
+    enableCalcFilterBitMap: bool = _setting(False)
+    enableConsumeQueueExt: bool = _setting(False)
+    expectConsumerNumUseFilter: int = _setting(32, _at_least(1))
+    maxErrorRateOfBloomFilter: int = _setting(20, _between(1, 100))
     # delay, retry, transactions
     messageDelayLevel: str = _setting("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", _delay_levels)
     flushDelayOffsetInterval: int = _setting(10_000, _at_least(1))

@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 
+from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.remoting.message import java_string_hash
 
 log = logging.getLogger("pyrmq.broker.clients")
@@ -121,7 +122,12 @@ class ConsumerManager:
         for sub in subscriptions:
             old = info.subscriptions.get(sub.topic)
             if old is None or sub.sub_version > old.sub_version:
-                sub.message_filter = self.compile_filter(sub.expression_type, sub.sub_string)
+                try:
+                    sub.message_filter = self.compile_filter(sub.expression_type, sub.sub_string)
+                except FilterExpressionError as exc:
+                    # as Java: the heartbeat succeeds; pulls of this subscription get FILTER_DATA_NOT_EXIST
+                    log.warning("group %s: subscription of %s does not compile: %s", group, sub.topic, exc)
+                    sub.message_filter = None
                 info.subscriptions[sub.topic] = sub
                 changed = changed or old is None or (old.sub_string, old.expression_type) != (sub.sub_string, sub.expression_type)
         new_topics = {s.topic for s in subscriptions}

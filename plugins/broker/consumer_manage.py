@@ -77,6 +77,7 @@ class ConsumerManageProcessor:
                     subscriptions,
                     notify_enabled=notify,
                 )
+                ctx.consumer_filters.register(group, subscriptions)
             except FilterExpressionError as exc:
                 return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"subscription of group {group}: {exc}")
             except (KeyError, TypeError, ValueError) as exc:

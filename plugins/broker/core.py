@@ -20,11 +20,13 @@ import time
 from typing import Any
 
 import trio
+from cachetools import LRUCache
 
 from pyrmq.kernel.errors import ConfigError, FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.clients import ConsumerGroupInfo, ConsumerManager, ProducerManager
+from pyrmq.plugins.broker.consumer_filter import ConsumerFilterManager
 from pyrmq.plugins.broker.groups import SubscriptionGroupManager
 from pyrmq.plugins.broker.offsets import ConsumerOffsetManager
 from pyrmq.plugins.broker.registration import NameServerRegistration
@@ -119,14 +121,20 @@ class BrokerContext:
         self.config_dir = os.path.join(str(settings.store_root), "config")
         self._files = {
             name: ConfigFile(config_path(str(settings.store_root), name))
-            for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json")
+            for name in ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "consumerFilter.json")
         }
+        # compiled expressions by (type, text), parse errors included: Java's SelectorParser cache of 100 (spec 7.11)
+        self._compiled: LRUCache[tuple[str, str], Any] = LRUCache(maxsize=100)
         self.topics = TopicConfigManager(
             settings, persist=self._files["topics.json"].save, on_created=self._topic_created
         )
         self.groups = SubscriptionGroupManager(settings, persist=self._files["subscriptionGroup.json"].save)
         self.offsets = ConsumerOffsetManager(persist=self._files["consumerOffset.json"].save)
         self.consumers = ConsumerManager(compile_filter=self.compile_filter, notify=self.notify_consumer_ids_changed)
+        self.consumer_filters = ConsumerFilterManager(
+            compile_filter=self.compile_filter, persist=self._files["consumerFilter.json"].save,
+            clean_after_ms=settings.filterDataCleanTimeSpan,
+        )
         self.producers = ProducerManager()
         self.put_stats = RateCounter()  # messages stored by SEND_MESSAGE* (mqadmin clusterList's InTPS)
         self.get_stats = RateCounter()  # messages handed out by PULL_MESSAGE (OutTPS)
@@ -141,10 +149,20 @@ class BrokerContext:
     # -- shared services -------------------------------------------------------------------------------------
 
     def compile_filter(self, expression_type: str, expression: str) -> Any:
-        """A compiled subscription through the filter hook; FilterExpressionError when no plugin handles it."""
-        compiled = self.kernel.hooks.make_message_filter(self.kernel, expression_type, expression)
+        """A compiled subscription through the filter hook; FilterExpressionError when no plugin handles it or the
+        expression does not parse. Answers (errors too) are cached, so a pull carrying its subscription is cheap."""
+        key = (expression_type, expression)
+        compiled = self._compiled.get(key)
         if compiled is None:
-            raise FilterExpressionError(f"no filter plugin handles expression type {expression_type!r}")
+            try:
+                compiled = self.kernel.hooks.make_message_filter(self.kernel, expression_type, expression)
+                if compiled is None:
+                    raise FilterExpressionError(f"no filter plugin handles expression type {expression_type!r}")
+            except FilterExpressionError as exc:
+                compiled = exc
+            self._compiled[key] = compiled
+        if isinstance(compiled, FilterExpressionError):
+            raise compiled
         return compiled
 
     def _topic_created(self, config: TopicConfig, sync: bool) -> None:
@@ -176,6 +194,7 @@ class BrokerContext:
             self.topics.load(self._files["topics.json"].load())
             self.groups.load(self._files["subscriptionGroup.json"].load())
             self.offsets.load(self._files["consumerOffset.json"].load())
+            self.consumer_filters.load(self._files["consumerFilter.json"].load())
         except StoreError as exc:
             raise ConfigError(str(exc)) from None
         self.topics.persist()
@@ -189,6 +208,8 @@ class BrokerContext:
         while True:
             await trio.sleep(offsets_every)
             self.offsets.persist_if_dirty()
+            self.consumer_filters.mark_gone(self.consumers.groups)
+            self.consumer_filters.persist_if_dirty()
             now = trio.current_time()
             if now >= next_scan:
                 next_scan = now + 10
@@ -211,6 +232,7 @@ class BrokerContext:
 
     def persist_all(self) -> None:
         self.offsets.persist()
+        self.consumer_filters.persist()
         self.topics.persist()
         self.groups.persist()
 

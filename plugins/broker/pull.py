@@ -18,6 +18,7 @@ import trio
 from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.plugins.broker.consumer_filter import RETRY_GROUP_TOPIC_PREFIX, RetryTopicFilter, is_tag_type
 from pyrmq.plugins.broker.core import BROKER
 from pyrmq.plugins.broker.topics import is_readable
 from pyrmq.remoting.codes import RequestCode, ResponseCode
@@ -40,6 +41,13 @@ _STATUS_CODE = {
     GetMessageStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
     GetMessageStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
 }
+
+
+def _matches_properties(message_filter: Any, properties: dict[str, str]) -> bool:
+    """A property filter (SQL92) checks the arriving message's properties before waking a parked pull, as Java's
+    ``isMatchedByCommitLog(null, properties)`` at arrival; other filters wake on the consume-queue check alone."""
+    check = getattr(message_filter, "is_matched_by_properties", None)
+    return check is None or check(properties)
 
 
 @attrs.define(eq=False)
@@ -78,7 +86,7 @@ class PullRequestHoldService:
             return
         for pull in waiting:
             f = pull.message_filter
-            if f is None or f.is_matched_by_consume_queue(request.tags_code):
+            if f is None or f.is_matched_by_consume_queue(request.tags_code) and _matches_properties(f, request.properties):
                 self._ready.add(key)
                 self._wake.set()
                 return
@@ -159,7 +167,8 @@ class PullMessageProcessor:
             )
         expression_type = (header.expression_type or "TAG").upper()
         if header.sys_flag & PullSysFlag.SUBSCRIPTION:
-            if expression_type != "TAG" and not settings.enablePropertyFilter:
+            # Java delivers everything when SQL in the header does not compile; we refuse it (docs/decisions.md)
+            if not is_tag_type(expression_type) and not settings.enablePropertyFilter:
                 return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {expression_type}")
             try:
                 message_filter = ctx.compile_filter(expression_type, header.subscription or "*")
@@ -174,9 +183,22 @@ class PullMessageProcessor:
                 return self._error(request, ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist: {header.topic}")
             if sub.sub_version < header.sub_version:
                 return self._error(request, ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-            if sub.expression_type != "TAG" and not settings.enablePropertyFilter:
-                return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {sub.expression_type}")
             message_filter = sub.message_filter
+            if not is_tag_type(sub.expression_type):
+                # the group's filter data, registered by heartbeats and versioned by subVersion (spec 7.11)
+                data = ctx.consumer_filters.get(header.topic, header.consumer_group)
+                if data is None or data.compiled is None:
+                    return self._error(
+                        request, ResponseCode.FILTER_DATA_NOT_EXIST,
+                        "The broker's consumer filter data is not exist!Your expression may be wrong!",
+                    )
+                if data.client_version < header.sub_version:
+                    return self._error(request, ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest")
+                if not settings.enablePropertyFilter:
+                    return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {sub.expression_type}")
+                message_filter = data.compiled
+        if settings.filterSupportRetry and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            message_filter = RetryTopicFilter(message_filter, header.consumer_group, ctx.consumer_filters)
         response = self.execute(connection, request, header, message_filter, first=True)
         if response is None:
             timeout = header.suspend_timeout_millis if settings.longPollingEnable else settings.shortPollingTimeMills

@@ -1,0 +1,202 @@
+"""Filter data of consumer groups using a non-TAG expression (SQL92), versioned and persisted (spec 7.11).
+
+Java's ``ConsumerFilterManager``: every heartbeat registers each non-TAG subscription of a group under
+``topic -> group``; an entry is replaced only by a newer ``subVersion`` (the client's version of its subscription)
+and recompiled only when the expression or its type changed. A pull without a subscription in its header is
+answered FILTER_DATA_NOT_EXIST (27) when the group has no filter data for the topic and FILTER_DATA_NOT_LATEST (28)
+when the data is older than the pull's ``subVersion``. A group without live consumers has its data marked dead;
+dead data is dropped after ``filterDataCleanTimeSpan``. Persisted in ``config/consumerFilter.json`` in Java's
+layout (``filterDataByTopic -> {topic, groupFilterData -> ConsumerFilterData}``) with the offsets.
+
+With ``filterSupportRetry``, messages of a group's retry topic are filtered with the group's filter data for the
+topic they were first sent to (their ``RETRY_TOPIC`` property), as Java's ``ExpressionForRetryMessageFilter``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+
+from pyrmq.kernel.errors import FilterExpressionError
+from pyrmq.plugins.broker.topics import RETRY_GROUP_TOPIC_PREFIX
+from pyrmq.store.format import decode_message
+
+__all__ = ["RETRY_GROUP_TOPIC_PREFIX", "ConsumerFilterData", "ConsumerFilterManager", "RetryTopicFilter", "is_tag_type"]
+
+log = logging.getLogger("pyrmq.broker.filter")
+
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+
+
+def is_tag_type(expression_type: str | None) -> bool:
+    """Java ``ExpressionType.isTagType``: null, empty or ``TAG``."""
+    return not expression_type or expression_type == "TAG"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@attrs.define
+class ConsumerFilterData:
+    consumer_group: str
+    topic: str
+    expression: str
+    expression_type: str
+    client_version: int
+    born_time: int = attrs.Factory(_now_ms)
+    dead_time: int = 0
+    compiled: Any = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def dead(self) -> bool:
+        return self.dead_time >= self.born_time
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bornTime": self.born_time, "clientVersion": self.client_version, "consumerGroup": self.consumer_group,
+            "deadTime": self.dead_time, "expression": self.expression, "expressionType": self.expression_type,
+            "topic": self.topic,
+        }
+
+
+class ConsumerFilterManager:
+    def __init__(self, *, compile_filter: Callable[[str, str], Any], persist: Callable[[dict[str, Any]], None],
+                 clean_after_ms: int = 24 * 3600 * 1000) -> None:
+        self.compile_filter = compile_filter
+        self._persist = persist
+        self.clean_after_ms = clean_after_ms
+        self.by_topic: dict[str, dict[str, ConsumerFilterData]] = {}
+        self.dirty = False
+
+    def _build(self, topic: str, group: str, expression: str, expression_type: str, version: int) -> ConsumerFilterData | None:
+        try:
+            compiled = self.compile_filter(expression_type, expression)
+        except FilterExpressionError as exc:
+            log.warning("filter of group %s on %s not registered: %s", group, topic, exc)
+            return None
+        return ConsumerFilterData(group, topic, expression, expression_type, version, compiled=compiled)
+
+    def register(self, group: str, subscriptions: Iterable[Any]) -> None:
+        """A heartbeat's subscriptions (``topic``, ``sub_string``, ``expression_type``, ``sub_version``)."""
+        topics = set()
+        for sub in subscriptions:
+            topics.add(sub.topic)
+            if not is_tag_type(sub.expression_type) and sub.sub_string:
+                self._register_one(sub.topic, group, sub.sub_string, sub.expression_type, sub.sub_version)
+        now = _now_ms()
+        for by_group in self.by_topic.values():
+            data = by_group.get(group)
+            if data is not None and data.topic not in topics and not data.dead:
+                data.dead_time = now
+                self.dirty = True
+
+    def _register_one(self, topic: str, group: str, expression: str, expression_type: str, version: int) -> None:
+        by_group = self.by_topic.setdefault(topic, {})
+        old = by_group.get(group)
+        if old is not None and version <= old.client_version:
+            if version == old.client_version and old.dead:
+                old.dead_time = 0
+                self.dirty = True
+            elif (expression, expression_type) != (old.expression, old.expression_type):
+                log.warning("filter of group %s on %s ignored: version %d <= %d", group, topic, version, old.client_version)
+            return
+        if old is not None and (expression, expression_type) == (old.expression, old.expression_type):
+            old.client_version = version
+            old.dead_time = 0
+            self.dirty = True
+            return
+        data = self._build(topic, group, expression, expression_type, version)
+        if data is None:
+            by_group.pop(group, None)
+        else:
+            by_group[group] = data
+        self.dirty = True
+
+    def get(self, topic: str, group: str) -> ConsumerFilterData | None:
+        by_group = self.by_topic.get(topic)
+        return by_group.get(group) if by_group else None
+
+    def mark_gone(self, live_groups: Iterable[str]) -> None:
+        """Data of groups without a live consumer is marked dead; data dead for ``clean_after_ms`` is dropped."""
+        live = set(live_groups)
+        now = _now_ms()
+        for topic in list(self.by_topic):
+            by_group = self.by_topic[topic]
+            for group, data in list(by_group.items()):
+                if group not in live and not data.dead:
+                    data.dead_time = now
+                    self.dirty = True
+                elif data.dead and now - data.dead_time >= self.clean_after_ms:
+                    del by_group[group]
+                    self.dirty = True
+            if not by_group:
+                del self.by_topic[topic]
+
+    # -- persistence ---------------------------------------------------------------------------------------------
+
+    def encode(self) -> dict[str, Any]:
+        return {
+            "filterDataByTopic": {
+                topic: {"topic": topic, "groupFilterData": {g: d.to_json() for g, d in sorted(by_group.items())}}
+                for topic, by_group in sorted(self.by_topic.items())
+            }
+        }
+
+    def load(self, data: dict[str, Any] | None) -> None:
+        """Recompile the persisted data; as in Java, live entries come back dead until a heartbeat revives them."""
+        now = _now_ms()
+        for topic, entry in ((data or {}).get("filterDataByTopic") or {}).items():
+            for group, item in ((entry or {}).get("groupFilterData") or {}).items():
+                if not item:
+                    continue
+                try:
+                    filter_data = ConsumerFilterData(
+                        str(item.get("consumerGroup") or group), str(item.get("topic") or topic), str(item["expression"]),
+                        str(item.get("expressionType") or ""), int(item.get("clientVersion") or 0),
+                        int(item.get("bornTime") or 0), int(item.get("deadTime") or 0),
+                    )
+                except (KeyError, TypeError, ValueError) as exc:
+                    log.warning("consumerFilter.json: entry %s/%s skipped: %r", topic, group, exc)
+                    continue
+                try:
+                    filter_data.compiled = self.compile_filter(filter_data.expression_type, filter_data.expression)
+                except FilterExpressionError as exc:
+                    log.warning("consumerFilter.json: filter of %s on %s does not compile: %s", group, topic, exc)
+                if filter_data.dead_time == 0:
+                    filter_data.dead_time = max(now - 30_000, filter_data.born_time)
+                self.by_topic.setdefault(filter_data.topic, {})[filter_data.consumer_group] = filter_data
+
+    def persist(self) -> None:
+        self._persist(self.encode())
+        self.dirty = False
+
+    def persist_if_dirty(self) -> None:
+        if self.dirty:
+            self.persist()
+
+
+class RetryTopicFilter:
+    """The filter of a pull on ``%RETRY%<group>`` with ``filterSupportRetry``: a retry message is matched with the
+    group's filter data for its original topic; messages without such data pass."""
+
+    __slots__ = ("base", "group", "filters")
+
+    def __init__(self, base: Any, group: str, filters: ConsumerFilterManager) -> None:
+        self.base = base
+        self.group = group
+        self.filters = filters
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        return self.base is None or self.base.is_matched_by_consume_queue(tags_code)
+
+    def is_matched_by_commit_log(self, record: memoryview) -> bool:
+        properties = decode_message(record)[0].properties
+        data = self.filters.get(properties.get(PROPERTY_RETRY_TOPIC, ""), self.group)
+        if data is None or data.compiled is None:
+            return True
+        return bool(data.compiled.is_matched_by_commit_log(record))
