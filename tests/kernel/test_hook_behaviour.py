@@ -318,5 +318,5 @@ async def test_a_filter_plugin_answers_its_own_expression_type(start_role, remot
     assert [m.body for m in kept] == [b"TagB", b"TagC"]
     # the built-in TAG filter is still the answer for TAG
     assert [m.body for m in await pulled(remoting_client, addr, "TF", sub="TagA")] == [b"TagA", b"TagA"]
-    unknown = await remoting_client.invoke(addr, pull_request("TF", sub="a > 1", expression_type="SQL92"))
-    assert unknown.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "SQL92" in unknown.remark
+    unknown = await remoting_client.invoke(addr, pull_request("TF", sub="//a", expression_type="XPATH"))
+    assert unknown.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "XPATH" in unknown.remark
