@@ -30,7 +30,8 @@ import attrs
 import trio
 
 from pyrmq.client.blocking import _BlockingService
-from pyrmq.client.errors import ClientStateError
+from pyrmq.client.errors import ClientError, ClientStateError
+from pyrmq.client.instance import AUTO_CREATE_TOPIC_KEY
 from pyrmq.client.message import DELAY, Message, MessageExt, SendResult, SendStatus, decode_messages
 from pyrmq.client.producer import Producer
 from pyrmq.remoting.codes import RequestCode
@@ -118,6 +119,17 @@ class TransactionProducer(Producer):
             # the broker's CHECK_TRANSACTION_STATE arrives on our own connection to it (spec 7.8)
             instance.remoting.processors[RequestCode.CHECK_TRANSACTION_STATE] = _checker_for(checkers)
         checkers[self.group] = self
+        nursery.start_soon(self._announce)
+
+    async def _announce(self) -> None:
+        """Learn the brokers from TBW102's route and heartbeat them, so that a producer that has sent nothing yet (a
+        restarted one) answers the checks of its group's halves (Java's producer tracks TBW102 from its start)."""
+        try:
+            await self.instance.publish_info(AUTO_CREATE_TOPIC_KEY)
+        except ClientError as exc:
+            log.info("group %s: no route of %s yet (%s); the next heartbeat round will do", self.group, AUTO_CREATE_TOPIC_KEY, exc)
+            return
+        await self.instance.send_heartbeat()
 
     async def _on_shutdown(self) -> None:
         checkers = getattr(self.instance, "transaction_producers", {})
