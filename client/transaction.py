@@ -30,11 +30,11 @@ import attrs
 import trio
 
 from pyrmq.client.blocking import _BlockingService
-from pyrmq.client.errors import ClientError, ClientStateError
+from pyrmq.client.errors import BrokerError, ClientError, ClientStateError
 from pyrmq.client.instance import AUTO_CREATE_TOPIC_KEY
 from pyrmq.client.message import DELAY, Message, MessageExt, SendResult, SendStatus, decode_messages
 from pyrmq.client.producer import Producer
-from pyrmq.remoting.codes import RequestCode
+from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError, RemotingError
 from pyrmq.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
@@ -296,7 +296,12 @@ async def _read_queue(instance: Any, addr: str, mq: Any, offset: int) -> list[Me
     out: list[MessageExt] = []
     while True:
         # sysFlag 4 = the subscription travels with the pull (no consumer of this group is registered)
-        result = await api.pull(instance, addr, mq, SYS_GROUP, offset, sys_flag=4, suspend_ms=0, subscription="*", timeout=10.0)
+        try:
+            result = await api.pull(instance, addr, mq, SYS_GROUP, offset, sys_flag=4, suspend_ms=0, subscription="*", timeout=10.0)
+        except BrokerError as exc:
+            if exc.code == ResponseCode.TOPIC_NOT_EXIST:  # a Java broker creates these topics on first use
+                return out
+            raise
         if result.status is not PullStatus.FOUND:
             return out
         out.extend(result.messages)
