@@ -150,7 +150,8 @@ def pyrmq_register_put_interceptors(kernel: Kernel) -> Sequence[PutInterceptor] 
     a re-addressed copy, or a :class:`pyrmq.kernel.types.Rejection` (the client gets its response code and remark).
     An interceptor may declare ``trigger_properties`` / ``trigger_topic_prefixes`` so that a send it does not care
     about never runs the chain (:class:`pyrmq.kernel.types.PutInterceptor`). Return objects created in
-    ``pyrmq_configure``. Shipped: the dead-letter re-routing (retry_dlq, order 200), delay levels (300) and the timer (310).
+    ``pyrmq_configure``. Shipped: half messages (transaction, order 150), the dead-letter re-routing (retry_dlq, order
+    200), delay levels (300) and the timer (310).
     """
 
 

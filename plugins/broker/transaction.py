@@ -362,6 +362,8 @@ class TransactionService:
                 ResponseCode.SYSTEM_ERROR,
                 f"The transaction state table offset wrong: the half message at commit log offset {phy} has queue "
                 f"offset {msg.queue_offset}, not {header.tran_state_table_offset}")
+        if not self._loaded:
+            self.load()  # a request before this plugin's service started (the store is up: it answered above)
         self.ingest()
         half = self.pending.get(origin_of(msg, props))
         if half is None:
@@ -476,12 +478,6 @@ class TransactionService:
             return False
         self.checks_sent += 1
         return True
-
-    # -- inspection -------------------------------------------------------------------------------------------
-
-    def pending_halves(self) -> list[Half]:
-        self.ingest()
-        return sorted(self.pending.values(), key=lambda h: h.queue_offset)
 
 
 TRANSACTIONS = StateKey[TransactionService]("broker.transaction")
