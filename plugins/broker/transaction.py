@@ -401,6 +401,7 @@ class TransactionService:
         start = self.store.clock()
         done = 0
         for half in sorted(self.pending.values(), key=lambda h: h.queue_offset):
+            await trio.lowlevel.checkpoint()  # a pass over many halves must not starve the broker's requests
             if self.pending.get(half.origin) is not half or half.stored > start:
                 continue  # resolved meanwhile, or appended after the pass began
             now = self.store.clock()

@@ -198,7 +198,7 @@ async def test_a_broker_killed_with_pending_halves_checks_and_resolves_each_exac
             async with Admin(namesrv) as admin:
                 assert len(await admin.pending_transactions("Killed")) == HALVES
             proc.send_signal(signal.SIGKILL)
-            proc.wait()
+            proc.wait(30)
             remoting_client.close_connection(addr)
 
             answering = True
@@ -220,7 +220,7 @@ async def test_a_broker_killed_with_pending_halves_checks_and_resolves_each_exac
 
             # killed again once everything is resolved: the restart checks nothing and writes nothing (#2117)
             proc.send_signal(signal.SIGKILL)
-            proc.wait()
+            proc.wait(30)
             remoting_client.close_connection(addr)
             proc = start_broker(store_dir, namesrv_port, port, log_path, 1000)
             await wait_serving(remoting_client, addr, proc)
@@ -234,4 +234,4 @@ async def test_a_broker_killed_with_pending_halves_checks_and_resolves_each_exac
                 proc.wait(15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                proc.wait()
+                proc.wait(30)
