@@ -351,4 +351,4 @@ async def pending_transactions(admin: Any, topic: str | None = None) -> list[Pen
                 int(props.get("TRANSACTION_CHECK_TIMES", "0") or 0), half.born_timestamp, half.queue_offset,
                 half.commit_log_offset,
             ))
-    return sorted(found, key=lambda p: (p.broker_name, p.half_queue_offset))
+    return sorted(found, key=lambda p: (p.broker_name, p.born_timestamp, p.half_queue_offset))  # oldest first

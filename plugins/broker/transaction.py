@@ -406,7 +406,10 @@ class TransactionService:
                 continue  # resolved meanwhile, or appended after the pass began
             now = self.store.clock()
             age = now - half.born
-            if age < (half.immunity_ms if half.immunity_ms is not None else self.timeout_ms):
+            # due transactionTimeOut after its birth, and a copy transactionTimeOut after the check that made it:
+            # a producer just asked has that long to answer before it is asked again
+            since = age if half.checks == 0 else now - half.stored
+            if since < (half.immunity_ms if half.immunity_ms is not None else self.timeout_ms):
                 continue
             if half.checks >= self.check_max or age > self.reserved_ms:
                 self.give_up(half)
