@@ -309,3 +309,30 @@ async def test_the_blocking_producer_runs_the_local_transaction_in_the_caller_an
         assert states == (COMMIT, UNKNOWN)
         await wait_for(lambda: len(received.messages) >= 2, what="both commits")
         assert received.keys() == ["later", "now"]
+
+
+async def test_checks_go_round_robin_to_the_live_producers_of_the_group(start_role, nursery):
+    kernel, namesrv, _ = await start_dev(start_role)
+    answered: dict[str, list[str]] = {"p1": [], "p2": []}
+
+    def checker(who):
+        def check_local(msg):
+            answered[who].append(msg.keys[0])
+            return COMMIT
+
+        return check_local
+
+    received = Received([])
+    consumer = PushConsumer(namesrv, "rr_consumer", subscribe={"RoundRobin": "*"}, listener=received,
+                            consume_from=ConsumeFrom.FIRST_OFFSET)
+    # two producer clients of one group (two connections to the broker), like two processes
+    p1 = TransactionProducer(namesrv, "rr_pg", check_local=checker("p1"))
+    p2 = TransactionProducer(namesrv, "rr_pg", check_local=checker("p2"))
+    async with consumer, p1, p2:
+        assert p1.client_id != p2.client_id
+        for i in range(6):
+            await p1.send_in_transaction(Message("RoundRobin", f"r{i}", keys=f"r{i}"), lambda m, a: UNKNOWN)
+        await wait_for(lambda: len(received.messages) >= 6, what="six commits by check-back")
+    assert answered["p1"] and answered["p2"], answered  # both producers were asked
+    assert set(answered["p1"] + answered["p2"]) == {f"r{i}" for i in range(6)}
+    assert received.keys() == [f"r{i}" for i in range(6)]
