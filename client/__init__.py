@@ -23,6 +23,7 @@ _EXPORTS = {
     "BlockingProducer": "blocking",
     "BlockingPullConsumer": "blocking",
     "BlockingPushConsumer": "blocking",
+    "BlockingTransactionProducer": "transaction",
     "BrokerError": "errors",
     "ClientConfig": "config",
     "ClientError": "errors",
@@ -31,6 +32,7 @@ _EXPORTS = {
     "ConsumeResult": "consumer",
     "InvalidMessageError": "errors",
     "InvalidSubscriptionError": "errors",
+    "LocalTransactionState": "transaction",
     "Message": "message",
     "MessageExt": "message",
     "MessageModel": "consumer",
@@ -50,6 +52,8 @@ _EXPORTS = {
     "SendStatus": "message",
     "Subscription": "consumer",
     "TopicNotFoundError": "errors",
+    "TransactionProducer": "transaction",
+    "TransactionSendResult": "transaction",
     "select_by_hash": "selectors",
     "select_by_random": "selectors",
 }
@@ -74,6 +78,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.pull_consumer import PullConsumer
     from pyrmq.client.push_consumer import PushConsumer
     from pyrmq.client.selectors import select_by_hash, select_by_random
+    from pyrmq.client.transaction import (
+        BlockingTransactionProducer,
+        LocalTransactionState,
+        TransactionProducer,
+        TransactionSendResult,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -95,6 +105,7 @@ __all__ = [
     "BlockingProducer",
     "BlockingPullConsumer",
     "BlockingPushConsumer",
+    "BlockingTransactionProducer",
     "BrokerError",
     "ClientConfig",
     "ClientError",
@@ -102,6 +113,7 @@ __all__ = [
     "ConsumeFrom",
     "ConsumeResult",
     "InvalidMessageError",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
     "MessageModel",
@@ -120,6 +132,8 @@ __all__ = [
     "SendStatus",
     "Subscription",
     "TopicNotFoundError",
+    "TransactionProducer",
+    "TransactionSendResult",
     "select_by_hash",
     "select_by_random",
 ]

@@ -280,6 +280,14 @@ class Admin(ClientService):
 
     # -- messages --------------------------------------------------------------------------------------------
 
+    async def pending_transactions(self, topic: str | None = None) -> list[Any]:
+        """Half messages of ``topic`` not committed or rolled back yet, with their check counts
+        (:func:`pyrmq.client.transaction.pending_transactions`)."""
+        from pyrmq.client.transaction import pending_transactions
+
+        self._check_started()
+        return await pending_transactions(self, topic)
+
     async def query_message_by_key(
         self, topic: str, key: str, *, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None
     ) -> list[MessageExt]:

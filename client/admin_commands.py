@@ -242,6 +242,20 @@ def _run_dlq(command: str, main: Callable[[], Any], dlq: Any) -> int:
         raise
 
 
+def cmd_transaction_pending(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        rows = [
+            [p.broker_name, p.topic, p.queue_id, p.keys, p.tags, p.msg_id, p.producer_group, p.check_times,
+             ms_text(p.born_timestamp)]
+            for p in await admin.pending_transactions(args.topic)
+        ]
+        print(format_table(["BROKER", "TOPIC", "QUEUE", "KEYS", "TAGS", "MSG ID", "PRODUCER GROUP", "CHECKS", "BORN"], rows))
+        return EXIT_OK
+
+    return _admin("transaction pending", args, body)
+
+
 def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     admin = sub.add_parser("admin", help="administration: topics, clusters, groups, messages, offsets, DLQ")
     areas = admin.add_subparsers(dest="admin_area", metavar="AREA")
@@ -311,6 +325,13 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--timestamp", "-s", type=timestamp, required=True,
                    help="now, ms since the epoch, yyyyMMddHHmmss or ISO 8601; -1 = the end")
     p.set_defaults(func=cmd_offset_reset)
+
+    transaction = areas.add_parser("transaction", help="transaction messages")
+    tx = transaction.add_subparsers(dest="admin_action", metavar="ACTION")
+    transaction.set_defaults(func=lambda args: transaction.print_help() or EXIT_USAGE)
+    p = tx.add_parser("pending", parents=[parent], help="half messages not committed or rolled back, with check counts")
+    p.add_argument("-t", "--topic", help="only this topic (default: every topic)")
+    p.set_defaults(func=cmd_transaction_pending)
 
     dlq = areas.add_parser("dlq", help="dead-letter queues (%%DLQ%%<group>)")
     d = dlq.add_subparsers(dest="admin_action", metavar="ACTION")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pyrmq.kernel.types import PutInterceptor
+from pyrmq.kernel.types import PutInterceptor, TransactionState
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
@@ -112,6 +112,17 @@ class HookRelay:
 
     def connection_closed(self, kernel: Kernel, role: str, connection: Any) -> None:
         self._hook.pyrmq_connection_closed(kernel=kernel, role=role, connection=connection)
+
+    # -- transactions ----------------------------------------------------------------------------------------
+
+    async def check_transaction(self, kernel: Kernel, message: Any, check_times: int) -> TransactionState:
+        """``pyrmq_check_transaction``: the first non-None verdict in pluggy's order; UNKNOWN when none answers."""
+        args = {"kernel": kernel, "message": message, "check_times": check_times}
+        for impl in impl_order(self.pm, "pyrmq_check_transaction"):
+            answer = await impl.function(**{a: args[a] for a in impl.argnames})
+            if answer is not None:
+                return TransactionState(answer)
+        return TransactionState.UNKNOWN
 
     # -- filter, allocate --------------------------------------------------------------------------------------
 

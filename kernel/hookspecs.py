@@ -32,7 +32,14 @@ if TYPE_CHECKING:  # pragma: no cover - types only
     import trio
 
     from pyrmq.kernel.kernel import Kernel
-    from pyrmq.kernel.types import AllocateStrategy, MessageFilter, Processor, PutInterceptor, StoreDispatcher
+    from pyrmq.kernel.types import (
+        AllocateStrategy,
+        MessageFilter,
+        Processor,
+        PutInterceptor,
+        StoreDispatcher,
+        TransactionState,
+    )
 
 PROJECT = "pyrmq"
 
@@ -149,7 +156,8 @@ def pyrmq_register_put_interceptors(kernel: Kernel) -> Sequence[PutInterceptor] 
     a re-addressed copy, or a :class:`pyrmq.kernel.types.Rejection` (the client gets its response code and remark).
     An interceptor may declare ``trigger_properties`` / ``trigger_topic_prefixes`` so that a send it does not care
     about never runs the chain (:class:`pyrmq.kernel.types.PutInterceptor`). Return objects created in
-    ``pyrmq_configure``. Shipped: the dead-letter re-routing (retry_dlq, order 200), delay levels (300) and the timer (310).
+    ``pyrmq_configure``. Shipped: half messages (transaction, order 150), the dead-letter re-routing (retry_dlq, order
+    200), delay levels (300) and the timer (310).
     """
 
 
@@ -188,6 +196,29 @@ def pyrmq_make_message_filter(kernel: Kernel, expression_type: str, expression: 
     when this plugin does not handle the type; the first non-None answer wins. Raise
     :class:`pyrmq.kernel.errors.FilterExpressionError` for an expression of a handled type that does not parse
     (the broker answers SUBSCRIPTION_PARSE_FAILED with its text).
+    """
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Transactions
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@hookspec
+async def pyrmq_check_transaction(kernel: Kernel, message: Any, check_times: int) -> TransactionState | None:
+    """Decide a pending half message (a transaction whose producer has not committed or rolled back in time).
+
+    Called by the transaction plugin's check service (plugins/broker/transaction.py) once per check of a half older
+    than ``transactionTimeOut``, at most ``transactionCheckMax`` times, after it re-appended the half as a check
+    copy. ``message`` is that copy as stored (a :class:`pyrmq.store.format.StoredMessage` under
+    ``RMQ_SYS_TRANS_HALF_TOPIC`` with ``REAL_TOPIC`` / ``REAL_QID`` / ``PGROUP`` properties, its own commit-log and
+    queue offsets); ``check_times`` counts this check (1, 2, ...). Async: an implementation may await (look the
+    transaction up in a database). The relay awaits implementations in pluggy's order and stops at the first
+    non-None answer. Return :class:`pyrmq.kernel.types.TransactionState` ``COMMIT`` or ``ROLLBACK`` to resolve the
+    half now (written exactly as an END_TRANSACTION would), ``UNKNOWN`` to leave it pending (checked again next
+    pass), None to let the next plugin answer. The shipped implementation (``trylast``) asks the producer group:
+    CHECK_TRANSACTION_STATE oneway to one live producer connection of the half's group, round-robin, and answers
+    UNKNOWN (the producer's verdict arrives later as END_TRANSACTION).
     """
 
 

@@ -163,3 +163,11 @@ class PutChain:
             if record.__class__ is Rejection:
                 break
         return record
+
+
+class TransactionState(enum.IntEnum):
+    """A verdict on a half message, valued as END_TRANSACTION's ``commitOrRollback`` (sysFlag transaction bits)."""
+
+    UNKNOWN = 0
+    COMMIT = 8
+    ROLLBACK = 12

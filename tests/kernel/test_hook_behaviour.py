@@ -121,7 +121,7 @@ async def test_put_interceptors_refuse_with_a_code_and_re_address_half_messages(
     kernel = await start_role("dev", extra_plugins=[plugin])
     addr = kernel.listening["broker"]
     names = [i.name for i in kernel.put_chain.interceptors]
-    assert names == ["vault-guard", "half-messages", "dead-letter", "delay-levels", "timer"]
+    assert names == ["vault-guard", "half-messages", "transaction", "dead-letter", "delay-levels", "timer"]
 
     # refused over TCP with the interceptor's code and remark; nothing stored
     refused = await remoting_client.invoke(addr, send_request("Vault", b"gold"))

@@ -131,5 +131,5 @@ async def test_the_broker_core_last_still_serves_every_request_code(tmp_path):
     last = tuple(p for p in declared.plugins if p != core) + (core,)
     snap = await snapshot_role(attrs.evolve(declared, plugins=last), tmp_path)
     codes = set(snap["processors"]["broker"])
-    assert {RequestCode.PULL_MESSAGE, RequestCode.LOCK_BATCH_MQ, RequestCode.SEND_MESSAGE_V2} <= codes
-    assert [name for _, name, _ in snap["put interceptors"]] == ["dead-letter", "delay-levels", "timer"]
+    assert {RequestCode.PULL_MESSAGE, RequestCode.LOCK_BATCH_MQ, RequestCode.SEND_MESSAGE_V2, RequestCode.END_TRANSACTION} <= codes
+    assert [name for _, name, _ in snap["put interceptors"]] == ["transaction", "dead-letter", "delay-levels", "timer"]
