@@ -31,14 +31,16 @@ import trio
 
 from pyrmq.client.blocking import _BlockingService
 from pyrmq.client.errors import BrokerError, ClientError, ClientStateError
-from pyrmq.client.instance import AUTO_CREATE_TOPIC_KEY
-from pyrmq.client.message import DELAY, Message, MessageExt, SendResult, SendStatus, decode_messages
+from pyrmq.client.message import Message, MessageExt, SendResult, SendStatus, decode_messages
 from pyrmq.client.producer import Producer
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError, RemotingError
 from pyrmq.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from pyrmq.remoting.message import TRANSACTION_PREPARED_TYPE, decode_message_id
+from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY, MASTER_ID, MessageProperty
+
+DELAY = MessageProperty.DELAY_TIME_LEVEL
 
 __all__ = ["BlockingTransactionProducer", "LocalTransactionState", "TransactionProducer", "TransactionSendResult"]
 
@@ -321,7 +323,7 @@ async def pending_transactions(admin: Any, topic: str | None = None) -> list[Pen
     found: list[PendingTransaction] = []
     info = await admin.cluster_info()
     for broker_name, data in sorted(info.brokers.items()):
-        addr = data.addrs.get(0)
+        addr = data.broker_addrs.get(MASTER_ID)
         if addr is None:
             continue
         half_mq, op_mq = MessageQueue(HALF_TOPIC, broker_name, 0), MessageQueue(OP_TOPIC, broker_name, 0)
