@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from pyrmq.client.acl_commands import add_acl_parser
 from pyrmq.client.console import (
     EXIT_FAILED, EXIT_OK, EXIT_USAGE, credentials, error, format_table, ms_text, run, timestamp,
 )
@@ -328,3 +329,5 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--msg-id", action="append", help="a message (offset msg id or UNIQ_KEY); repeatable")
     p.add_argument("--all", action="store_true", help="every message of the DLQ")
     p.set_defaults(func=cmd_dlq_resend)
+
+    add_acl_parser(areas, parent)

@@ -180,3 +180,41 @@ async def test_a_changed_file_takes_effect_within_six_seconds_and_a_broken_one_c
     assert (await send_one(namesrv, "Vault", USER)).status.name == "SEND_OK"
     with pytest.raises(ClientError, match="No accessKey is configured"):
         await send_one(namesrv, "Vault", None)
+
+
+async def pyrmq_cli(*args: str, env: dict | None = None) -> tuple[int, str, str]:
+    import os
+    import subprocess
+    import sys
+
+    with trio.fail_after(60):
+        result = await trio.run_process([sys.executable, "-m", "pyrmq", *args], capture_stdout=True, capture_stderr=True,
+                                        check=False, env={**os.environ, **(env or {})})
+    assert isinstance(result, subprocess.CompletedProcess)
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def test_console_tools_sign_with_keys_from_options_or_the_environment(acl_dev):
+    kernel, namesrv, acl_file = acl_dev
+    admin = ["--namesrv", namesrv, "--access-key", ADMIN[0], "--secret-key", ADMIN[1]]
+    code, out, err = await pyrmq_cli("admin", "acl", "add", "--account", "CliUser01", "--secret", "CliSecret01",
+                                     "--topic-perm", "Orders=PUB", "--default-group-perm", "SUB", *admin)
+    assert code == 0, err
+    assert "account CliUser01 added on broker-a" in out
+    code, out, err = await pyrmq_cli("admin", "acl", "list", *admin)
+    assert code == 0, err
+    assert "CliUser01" in out and "Orders=PUB" in out and "CliSecret01" not in out and USER[1] not in out
+
+    user_env = {"ROCKETMQ_ACCESS_KEY": "CliUser01", "ROCKETMQ_SECRET_KEY": "CliSecret01"}
+    code, out, err = await pyrmq_cli("produce", "-n", namesrv, "-t", "Orders", "--count", "2", env=user_env)
+    assert code == 0 and "sent 2, failed 0" in out + err, out + err
+    code, out, err = await pyrmq_cli("produce", "-n", namesrv, "-t", "Vault", "--count", "1", env=user_env)
+    assert code != 0 and "No default permission for topic:Vault" in out + err
+
+    code, out, err = await pyrmq_cli("admin", "acl", "list", "--namesrv", namesrv, env=user_env)
+    assert code != 0 and "Need admin permission for request code=52" in out + err
+    code, out, err = await pyrmq_cli("admin", "acl", "whitelist", "10.1.*.*", *admin)
+    assert code == 0, err
+    code, out, err = await pyrmq_cli("admin", "acl", "delete", "--account", "CliUser01", *admin)
+    assert code == 0 and "deleted" in out, err
+    assert "CliUser01" not in acl_file.read_text() and "10.1.*.*" in acl_file.read_text()
