@@ -76,6 +76,11 @@ def retry_topic(group: str) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def canonical_host(address: str) -> str | None:
+    """An IP address as text in one spelling (IPv4-mapped IPv6 as IPv4); None when it is not an IP address."""
+    return _canonical(address)
+
+
 def _canonical(address: str) -> str | None:
     try:
         ip = ipaddress.ip_address(address.strip().strip("[]"))
@@ -97,12 +102,15 @@ class AddressPattern:
     ranges: tuple[tuple[int, int], ...] = ()
 
     def matches(self, host: str) -> bool:
+        return self.matches_canonical(_canonical(host))
+
+    def matches_canonical(self, canonical: str | None) -> bool:
+        """``matches`` for an address already in :func:`canonical_host` form."""
         if self.anything:
             return True
         if self.exact:
-            return _canonical(host) in self.exact
+            return canonical in self.exact
         if self.ranges:
-            canonical = _canonical(host)
             if canonical is None or "." not in canonical:
                 return False
             octets = canonical.split(".")

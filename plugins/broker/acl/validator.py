@@ -19,7 +19,7 @@ from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.signing import ACCESS_KEY, SIGNATURE, signature_of
 
-from .rules import PUB, RETRY_PREFIX, SUB, AclRules, check_permission, perm_text, retry_topic
+from .rules import PUB, RETRY_PREFIX, SUB, Account, AclRules, canonical_host, check_permission, perm_text, retry_topic
 
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
@@ -100,6 +100,28 @@ def _resource_text(resource: str) -> str:
     return "topic:" + resource
 
 
+_PEER = "acl.peer"
+
+
+class _Peer:
+    """A connection's address against one rule set: global white list, and each account's white address."""
+
+    __slots__ = ("rules", "host", "canonical", "globally_white", "_accounts")
+
+    def __init__(self, rules: AclRules, host: str) -> None:
+        self.rules = rules
+        self.host = host
+        self.canonical = canonical_host(host)
+        self.globally_white = any(p.matches_canonical(self.canonical) for p in rules.global_white)
+        self._accounts: dict[str, bool] = {}
+
+    def white_for(self, account: Account) -> bool:
+        white = self._accounts.get(account.access_key)
+        if white is None:
+            white = self._accounts[account.access_key] = account.white_address.matches_canonical(self.canonical)
+        return white
+
+
 class AclValidator:
     """The broker's request guard: ``validator(connection, request)`` -> None (through) or the refusal response.
 
@@ -111,21 +133,26 @@ class AclValidator:
         self.refused = 0
 
     def __call__(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
-        host = connection.remote_address[0]
+        rules = self.rules
+        # what depends on the peer's address alone is worked out once per connection and rule set
+        peer = connection.attributes.get(_PEER)
+        if peer is None or peer.rules is not rules:
+            peer = connection.attributes[_PEER] = _Peer(rules, connection.remote_address[0])
         try:
-            self.check(request, host)
+            self._check(request, rules, peer)
         except AclDenied as exc:
             self.refused += 1
             name = _CODE_NAMES.get(request.code, str(request.code))
-            return request.make_response(ResponseCode.NO_PERMISSION, f"{exc} (ACL refused request {name} from {host})")
+            return request.make_response(ResponseCode.NO_PERMISSION, f"{exc} (ACL refused request {name} from {peer.host})")
         return None
 
     def check(self, request: RemotingCommand, host: str) -> None:
         """Raise AclDenied with RocketMQ's message when ``request`` from ``host`` may not pass."""
-        rules = self.rules
-        for pattern in rules.global_white:
-            if pattern.matches(host):
-                return
+        self._check(request, self.rules, _Peer(self.rules, host))
+
+    def _check(self, request: RemotingCommand, rules: AclRules, peer: _Peer) -> None:
+        if peer.globally_white:
+            return
         ext = request.ext_fields
         access_key = ext.get(ACCESS_KEY)
         if access_key is None:
@@ -133,7 +160,7 @@ class AclValidator:
         account = rules.accounts.get(access_key)
         if account is None:
             raise AclDenied(f"No acl config for {access_key}")
-        if account.white_address.matches(host):
+        if peer.white_for(account):
             return
         claimed = ext.get(SIGNATURE)
         if not claimed or not hmac.compare_digest(signature_of(request, account.secret_key).encode(), claimed.encode()):

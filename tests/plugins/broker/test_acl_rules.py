@@ -57,6 +57,7 @@ def validator(tmp_path):
 class Conn:
     def __init__(self, host="127.0.0.1"):
         self.remote_address = (host, 40000)
+        self.attributes = {}
 
 
 def signed(code, fields, body=b"", account=("RocketMQ", "12345678")):
