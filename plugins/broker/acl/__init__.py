@@ -34,7 +34,7 @@ from pyrmq.kernel.kernel import StateKey
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 
-from .rules import PERM_NAMES, AclRules, account_from, load_rules, write_yaml
+from .rules import PERM_NAMES, AclRules, account_from, load_rules, parse_document, write_yaml
 from .validator import AclValidator
 
 __all__ = ["AclService", "ACL"]
@@ -126,8 +126,6 @@ class AclService:
         current = self.validator.rules
         docs = {p: dict(d) for p, d in current.documents.items()}
         docs[str(path)] = doc
-        from .rules import parse_document
-
         # check the whole set with the new document before touching the disk
         parse_document(doc, str(path))
         keys: dict[str, str] = {}
