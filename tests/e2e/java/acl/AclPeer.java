@@ -64,7 +64,7 @@ public class AclPeer {
                 DefaultMQProducer p = new DefaultMQProducer("acl-java-producer", hook(a[4], a[5]));
                 p.setNamesrvAddr(a[1]);
                 p.setRetryTimesWhenSendFailed(0);
-                p.setSendMsgTimeout(5000);
+                p.setSendMsgTimeout(15000);
                 p.start();
                 try {
                     for (int i = 0; i < Integer.parseInt(a[3]); i++) {
