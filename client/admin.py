@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -109,10 +110,11 @@ class Admin(ClientService):
         config: ClientConfig | None = None,
         instance: ClientInstance | None = None,
         timeout: float = 5.0,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         if config is None and instance is None:
             config = ClientConfig(namesrv_addr=namesrv, api_timeout=timeout)
-        super().__init__(instance, config)
+        super().__init__(instance, config, credentials)
         self.timeout = timeout
 
     async def _namesrv(self, code: int, ext: dict[str, Any] | None = None, name: str = "") -> RemotingCommand:
@@ -333,3 +335,72 @@ class Admin(ClientService):
                 return found[0]
         hint = "" if topic else " (give the topic to look it up as a client message id / UNIQ_KEY)"
         raise ClientError(f"message {msg_id} not found: {error}{hint}")
+
+    # -- access control (RocketMQ's ACL 1.0; the broker needs aclEnable and an admin account) -------------------
+
+    async def acl_accounts(self, *, cluster: str | None = None, broker_addr: str | None = None) -> dict[str, dict[str, Any]]:
+        """GET_BROKER_CLUSTER_ACL_INFO on each master: broker name -> ``{"globalWhiteAddrs": [...],
+        "plainAccessConfigs": [account without its secret, ...], "version": ...}``."""
+        self._check_started()
+        out: dict[str, dict[str, Any]] = {}
+        for name, addr in await self._masters(cluster, broker_addr):
+            response = await self._broker(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
+            data = json.loads(response.body_bytes()) if response.body_bytes() else {}
+            data = {"version": response.ext_fields.get("version"), **data}
+            for account in data.get("plainAccessConfigs") or []:
+                account.pop("secretKey", None)  # a broker that sends secrets does not get them shown
+            out[name or addr] = data
+        return out
+
+    async def update_acl_account(
+        self,
+        access_key: str,
+        secret_key: str | None = None,
+        *,
+        white_remote_address: str | None = None,
+        admin: bool | None = None,
+        default_topic_perm: str | None = None,
+        default_group_perm: str | None = None,
+        topic_perms: Iterable[str] | None = None,
+        group_perms: Iterable[str] | None = None,
+        cluster: str | None = None,
+        broker_addr: str | None = None,
+    ) -> list[str]:
+        """UPDATE_AND_CREATE_ACL_CONFIG: create the account or change what is given (a new account needs the
+        secret); ``topic_perms`` / ``group_perms`` replace the lists (``["topicA=PUB|SUB", ...]``)."""
+        self._check_started()
+        ext: dict[str, Any] = {"accessKey": access_key}
+        for key, value in (("secretKey", secret_key), ("whiteRemoteAddress", white_remote_address),
+                           ("defaultTopicPerm", default_topic_perm), ("defaultGroupPerm", default_group_perm)):
+            if value is not None:
+                ext[key] = value
+        if admin is not None:
+            ext["admin"] = "true" if admin else "false"
+        if topic_perms is not None:
+            ext["topicPerms"] = ",".join(topic_perms)
+        if group_perms is not None:
+            ext["groupPerms"] = ",".join(group_perms)
+        return await self._on_masters(RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, ext, cluster, broker_addr)
+
+    async def delete_acl_account(self, access_key: str, *, cluster: str | None = None, broker_addr: str | None = None) -> list[str]:
+        """DELETE_ACL_CONFIG on each master."""
+        self._check_started()
+        return await self._on_masters(RequestCode.DELETE_ACL_CONFIG, {"accessKey": access_key}, cluster, broker_addr)
+
+    async def update_acl_white_list(
+        self, addresses: Iterable[str], *, file: str | None = None, cluster: str | None = None, broker_addr: str | None = None
+    ) -> list[str]:
+        """UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: replace ``globalWhiteRemoteAddresses`` (of ``file``, default the
+        broker's plain_acl.yml) on each master."""
+        self._check_started()
+        ext: dict[str, Any] = {"globalWhiteAddrs": ",".join(addresses)}
+        if file:
+            ext["aclFileFullPath"] = file
+        return await self._on_masters(RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, ext, cluster, broker_addr)
+
+    async def _on_masters(self, code: int, ext: dict[str, Any], cluster: str | None, broker_addr: str | None) -> list[str]:
+        done = []
+        for name, addr in await self._masters(cluster, broker_addr):
+            await self._broker(addr, code, dict(ext))
+            done.append(name or addr)
+        return done

@@ -9,7 +9,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pyrmq.client.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, error, format_table, ms_text, run, timestamp
+from pyrmq.client.acl_commands import add_acl_parser
+from pyrmq.client.console import (
+    EXIT_FAILED, EXIT_OK, EXIT_USAGE, credentials, error, format_table, ms_text, run, timestamp,
+)
 from pyrmq.remoting.vocabulary import Permission
 
 __all__ = ["add_admin_parser"]
@@ -19,7 +22,7 @@ def _admin(command: str, args: argparse.Namespace, body: Callable[[Any], Any]) -
     async def main() -> int:
         from pyrmq.client import Admin
 
-        async with Admin(args.namesrv) as admin:
+        async with Admin(args.namesrv, credentials=credentials(args)) as admin:
             return int(await body(admin) or 0)
 
     return run(f"admin {command}", main)
@@ -204,7 +207,7 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
     dlq = _dlq()
 
     async def main() -> int:
-        letters = await dlq.list_dlq(_namesrv_text(args.namesrv), args.group, args.limit)
+        letters = await dlq.list_dlq(_namesrv_text(args.namesrv), args.group, args.limit, credentials=credentials(args))
         rows = [[d.msg_id, d.uniq_key or "-", d.original_topic or "-", d.queue_id, d.queue_offset, d.reconsume_times,
                  ms_text(d.store_timestamp), d.body[:40].decode("utf-8", "replace")] for d in letters]
         print(format_table(["MSG ID", "UNIQ KEY", "ORIGINAL TOPIC", "QUEUE", "OFFSET", "RECONSUMED", "STORED", "BODY"], rows))
@@ -221,7 +224,10 @@ def cmd_dlq_resend(args: argparse.Namespace) -> int:
     dlq = _dlq()
 
     async def main() -> int:
-        sent = await dlq.resend_dlq(_namesrv_text(args.namesrv), args.group, None if args.all else list(args.msg_id))
+        sent = await dlq.resend_dlq(
+            _namesrv_text(args.namesrv), args.group, None if args.all else list(args.msg_id),
+            credentials=credentials(args),
+        )
         print(f"re-sent {sent} message(s) of %DLQ%{args.group} to their original topics")
         return EXIT_OK if sent or args.all else EXIT_FAILED
 
@@ -345,3 +351,5 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--msg-id", action="append", help="a message (offset msg id or UNIQ_KEY); repeatable")
     p.add_argument("--all", action="store_true", help="every message of the DLQ")
     p.set_defaults(func=cmd_dlq_resend)
+
+    add_acl_parser(areas, parent)

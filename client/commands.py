@@ -15,7 +15,9 @@ import time
 from typing import Any
 
 from pyrmq.client.admin_commands import add_admin_parser
-from pyrmq.client.console import EXIT_FAILED, EXIT_OK, EXIT_USAGE, key_value, namesrv_parent, run, timestamp
+from pyrmq.client.console import (
+    EXIT_FAILED, EXIT_OK, EXIT_USAGE, credentials, key_value, namesrv_parent, run, timestamp,
+)
 from pyrmq.kernel.hookspecs import hookimpl
 
 __all__ = ["pyrmq_add_commands", "cmd_produce", "cmd_consume"]
@@ -55,7 +57,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         out = sys.stdout
         summary_to = sys.stderr if args.print else sys.stdout
         began = time.perf_counter()
-        async with Producer(args.namesrv, args.group, send_timeout=args.timeout) as producer:
+        async with Producer(args.namesrv, args.group, send_timeout=args.timeout, credentials=credentials(args)) as producer:
             # fail fast, with one line, when no name server answers (and warm the route)
             await producer.instance.update_route(args.topic, for_producer=True)
             window = trio.Semaphore(max(args.window, 1))
@@ -147,7 +149,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
 
         consumer = PushConsumer(
             args.namesrv, args.group, message_model="BROADCASTING" if args.broadcast else "CLUSTERING",
-            consume_from=args.start, orderly=args.orderly,
+            consume_from=args.start, orderly=args.orderly, credentials=credentials(args),
         )
         consumer.subscribe(args.topic, args.expr, sql=args.sql)
         count = 0

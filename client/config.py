@@ -47,6 +47,16 @@ def check_name(kind: str, name: str) -> str:
     return name
 
 
+def parse_credentials(value: Iterable[str] | None) -> tuple[str, str] | None:
+    """``(access_key, secret_key)`` or None; both must be non-empty."""
+    if value is None:
+        return None
+    pair = tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, str) and v for v in pair):
+        raise ValueError("credentials must be (access_key, secret_key), both non-empty text")
+    return pair  # type: ignore[return-value]
+
+
 @attrs.frozen
 class ClientConfig:
     """Where the name servers are and the client timers (seconds)."""
@@ -63,3 +73,5 @@ class ClientConfig:
     #: timeout of admin-style requests (Java mqClientApiTimeout)
     api_timeout: float = 3.0
     connect_timeout: float = 3.0
+    #: ACL ``(access_key, secret_key)``: every request is signed (RocketMQ's AclClientRPCHook); never printed
+    credentials: tuple[str, str] | None = attrs.field(default=None, converter=parse_credentials, repr=False)

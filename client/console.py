@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["format_table", "ms_text", "error", "key_value", "timestamp", "run", "namesrv_parent",
+__all__ = ["format_table", "ms_text", "error", "key_value", "timestamp", "run", "namesrv_parent", "credentials",
            "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -85,4 +85,23 @@ def namesrv_parent() -> argparse.ArgumentParser:
         "--namesrv", "-n", metavar="ADDR[;ADDR]", default=os.environ.get("NAMESRV_ADDR") or "127.0.0.1:9876",
         help="name server address(es) (default: $NAMESRV_ADDR or 127.0.0.1:9876)",
     )
+    parent.add_argument(
+        "--access-key", metavar="KEY", default=os.environ.get("ROCKETMQ_ACCESS_KEY") or None,
+        help="ACL access key: sign every request (default: $ROCKETMQ_ACCESS_KEY)",
+    )
+    parent.add_argument(
+        "--secret-key", metavar="SECRET", default=os.environ.get("ROCKETMQ_SECRET_KEY") or None,
+        help="ACL secret key (default: $ROCKETMQ_SECRET_KEY; prefer the variable: a command line is visible to others)",
+    )
     return parent
+
+
+def credentials(args: argparse.Namespace) -> tuple[str, str] | None:
+    """``(access_key, secret_key)`` from ``--access-key/--secret-key`` (or their variables); None when neither."""
+    access_key = getattr(args, "access_key", None)
+    secret_key = getattr(args, "secret_key", None)
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise SystemExit("pyrmq: give both --access-key and --secret-key (or ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY)")
+    return access_key, secret_key

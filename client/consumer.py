@@ -145,10 +145,11 @@ class ConsumerCore(ClientService):
         instance: ClientInstance | None,
         message_model: MessageModel | str,
         consume_from: ConsumeFrom | str | int | datetime.datetime,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         if config is None and instance is None:
             config = ClientConfig(namesrv_addr=namesrv)
-        super().__init__(instance, config)
+        super().__init__(instance, config, credentials)
         self.group = check_name("consumer group", group)
         self.message_model = MessageModel(message_model.upper() if isinstance(message_model, str) else message_model)
         self.consume_from, self.consume_timestamp = self._consume_from(consume_from)

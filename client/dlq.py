@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.signing import RequestSigner
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.message import COMPRESSED_FLAG, decode_messages, encode_properties
@@ -144,18 +145,26 @@ async def _scan(client: RemotingClient, namesrv: str, group: str, limit: int | N
     return out if limit is None else out[:limit]
 
 
-async def list_dlq(namesrv: str, group: str, limit: int = 100) -> list[DeadLetter]:
+def _client(credentials: tuple[str, str] | None) -> RemotingClient:
+    return RemotingClient(signer=RequestSigner(*credentials) if credentials else None)
+
+
+async def list_dlq(
+    namesrv: str, group: str, limit: int = 100, *, credentials: tuple[str, str] | None = None
+) -> list[DeadLetter]:
     """Up to ``limit`` messages of ``%DLQ%<group>``, oldest first per queue ([] when the group has no DLQ)."""
-    async with RemotingClient() as client:
+    async with _client(credentials) as client:
         return await _scan(client, namesrv, group, limit)
 
 
-async def resend_dlq(namesrv: str, group: str, msg_ids: list[str] | None = None) -> int:
+async def resend_dlq(
+    namesrv: str, group: str, msg_ids: list[str] | None = None, *, credentials: tuple[str, str] | None = None
+) -> int:
     """Re-send messages of ``%DLQ%<group>`` (all, or those whose offset msgId or UNIQ_KEY is in ``msg_ids``) to
     their original topic; returns how many were sent. Raises :class:`DlqError` when a send fails."""
     wanted = set(msg_ids) if msg_ids is not None else None
     sent = 0
-    async with RemotingClient() as client:
+    async with _client(credentials) as client:
         letters = await _scan(client, namesrv, group, None)
         if wanted is not None:
             letters = [d for d in letters if d.msg_id in wanted or d.uniq_key in wanted]

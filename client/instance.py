@@ -28,6 +28,7 @@ from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand, next_opaque
 from pyrmq.remoting.errors import RemotingClosed, RemotingConnectError, RemotingError, RemotingTimeout
+from pyrmq.remoting.signing import RequestSigner
 from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY, MASTER_ID
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,6 +55,7 @@ class ClientInstance:
             },
             connect_timeout=self.config.connect_timeout,
             name=f"pyrmq-client {self.client_id}",
+            signer=RequestSigner(*self.config.credentials) if self.config.credentials else None,
         )
         self.routes: dict[str, TopicRoute] = {}
         self.publish: dict[str, PublishInfo] = {}

@@ -100,10 +100,11 @@ class Producer(ClientService):
         latency_fault_tolerance: bool = True,
         retry_another_broker_when_not_store_ok: bool = False,
         hooks: Iterable[SendHook] = (),
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         if config is None and instance is None:
             config = ClientConfig(namesrv_addr=namesrv)
-        super().__init__(instance, config)
+        super().__init__(instance, config, credentials)
         self.group = check_name("producer group", group)
         self.send_timeout = send_timeout
         self.retry_times = retry_times

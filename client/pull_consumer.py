@@ -50,9 +50,10 @@ class PullConsumer(ConsumerCore):
         message_model: MessageModel | str = MessageModel.CLUSTERING,
         offset_store_dir: str | os.PathLike[str] | None = None,
         topics: Iterable[str] = (),
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         super().__init__(namesrv, group, config=config, instance=instance, message_model=message_model,
-                         consume_from=ConsumeFrom.LAST_OFFSET)
+                         consume_from=ConsumeFrom.LAST_OFFSET, credentials=credentials)
         for topic in topics:
             self.subscriptions[topic] = Subscription.build(topic)
         self.offset_store: OffsetStore = (

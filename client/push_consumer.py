@@ -99,9 +99,10 @@ class PushConsumer(ConsumerCore):
         lock_interval: float = 20.0,
         offset_store_dir: str | os.PathLike[str] | None = None,
         shutdown_await: float = 3.0,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         super().__init__(namesrv, group, config=config, instance=instance, message_model=message_model,
-                         consume_from=consume_from)
+                         consume_from=consume_from, credentials=credentials)
         for topic, expression in (subscribe or {}).items():
             self.subscribe(topic, expression)
         self.listener = listener

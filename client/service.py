@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import attrs
 import trio
 
 from pyrmq.client.config import ClientConfig
@@ -25,7 +26,13 @@ SHUTDOWN_TIMEOUT = 10.0
 
 
 class ClientService:
-    def __init__(self, instance: ClientInstance | None, config: ClientConfig | None) -> None:
+    def __init__(
+        self, instance: ClientInstance | None, config: ClientConfig | None, credentials: tuple[str, str] | None = None
+    ) -> None:
+        if credentials is not None:
+            if instance is not None:
+                raise ValueError("credentials go with the shared instance's config, not with an object built on it")
+            config = attrs.evolve(config or ClientConfig(), credentials=credentials)
         self._own_instance = instance is None
         self.instance = instance if instance is not None else ClientInstance(config or ClientConfig())
         self._nursery_cm: Any = None

@@ -139,6 +139,8 @@ class BrokerSettings:
     haMasterAddress: str = _setting("")
     brokerRole: str = _setting("ASYNC_MASTER", _one_of("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"))
     brokerPermission: int = _setting(6, _between(0, 15))
+    #: access control (plain_acl.yml, pyrmq.plugins.broker.acl; docs/acl.md)
+    aclEnable: bool = _setting(False)
     regionId: str = _setting("DefaultRegion")
     # store
     storePathRootDir: str = _setting("~/store")

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import trio
 
     from pyrmq.kernel.kernel import Kernel
-    from pyrmq.kernel.types import AllocateStrategy, MessageFilter, Processor, StoreDispatcher
+    from pyrmq.kernel.types import AllocateStrategy, MessageFilter, Processor, RequestGuard, StoreDispatcher
 
 log = logging.getLogger("pyrmq.kernel.hooks")
 
@@ -106,6 +106,9 @@ class HookRelay:
         for answer in self._hook.pyrmq_register_put_interceptors(kernel=kernel):
             found.extend(answer or ())
         return sorted(found, key=lambda i: (i.order, i.name))
+
+    def make_request_guard(self, kernel: Kernel, role: str) -> RequestGuard | None:
+        return self._hook.pyrmq_make_request_guard(kernel=kernel, role=role)
 
     def connection_opened(self, kernel: Kernel, role: str, connection: Any) -> None:
         self._hook.pyrmq_connection_opened(kernel=kernel, role=role, connection=connection)

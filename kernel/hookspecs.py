@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover - types only
         MessageFilter,
         Processor,
         PutInterceptor,
+        RequestGuard,
         StoreDispatcher,
         TransactionState,
     )
@@ -158,6 +159,19 @@ def pyrmq_register_put_interceptors(kernel: Kernel) -> Sequence[PutInterceptor] 
     about never runs the chain (:class:`pyrmq.kernel.types.PutInterceptor`). Return objects created in
     ``pyrmq_configure``. Shipped: half messages (transaction, order 150), the dead-letter re-routing (retry_dlq, order
     200), delay levels (300) and the timer (310).
+    """
+
+
+@hookspec(firstresult=True)
+def pyrmq_make_request_guard(kernel: Kernel, role: str) -> RequestGuard | None:
+    """Return the check every request of ``role`` passes before its processor runs (access control), or None.
+
+    Called once per role by the kernel's service at start, right after the processor table is collected; the first
+    non-None answer wins. The kernel then wraps every processor of ``role``'s table so that
+    ``guard(connection, request)`` runs first: it returns None to let the request through, or a response
+    (``request.make_response(code, remark)``) that is sent instead. It must not block or await. With no guard the
+    table is left as it is: requests pay nothing. Shipped: the ACL plugin (``pyrmq.plugins.broker.acl``, when
+    ``aclEnable = true``).
     """
 
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
-from pyrmq.kernel.types import PutChain
+from pyrmq.kernel.types import PutChain, guard_processors
 
 if TYPE_CHECKING:  # pragma: no cover
     import pluggy
@@ -112,5 +112,9 @@ class Kernel:
     def collect(self) -> None:
         """Collect processors, store dispatchers and put interceptors (once per start; hot paths use the results)."""
         self.processors = {role: self.hooks.register_processors(self, role) for role in self.bundle.roles}
+        for role, table in self.processors.items():
+            guard = self.hooks.make_request_guard(self, role)
+            if guard is not None:
+                self.processors[role] = guard_processors(table, guard)
         self.store_dispatchers = self.hooks.register_store_dispatchers(self)
         self.put_chain.set(self.hooks.register_put_interceptors(self))

@@ -15,6 +15,28 @@ import attrs
 #: ``async (connection, request) -> response | None``; None = answered later or oneway (see pyrmq_register_processors)
 Processor = Callable[[Any, Any], Awaitable[Any]]
 
+#: ``guard(connection, request) -> refusal response | None``, run before every processor of a role (see
+#: pyrmq_make_request_guard)
+RequestGuard = Callable[[Any, Any], Any]
+
+
+def guard_processors(table: dict[int, Processor], guard: RequestGuard) -> dict[int, Processor]:
+    """``table`` with each processor wrapped so that ``guard`` runs first and its refusal, if any, is the answer."""
+
+    def guarded(processor: Processor) -> Processor:
+        async def run(connection: Any, request: Any) -> Any:
+            refusal = guard(connection, request)
+            if refusal is not None:
+                return refusal
+            return await processor(connection, request)
+
+        run.__wrapped__ = processor  # type: ignore[attr-defined]
+        run.__qualname__ = f"guarded({getattr(processor, '__qualname__', processor)!s})"
+        return run
+
+    return {code: guarded(processor) for code, processor in table.items()}
+
+
 #: ``strategy(consumer_group, current_cid, mq_all, cid_all) -> list of the queues current_cid consumes`` (spec 7.10)
 AllocateStrategy = Callable[[str, str, Sequence[Any], Sequence[str]], list[Any]]
 

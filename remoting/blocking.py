@@ -12,7 +12,7 @@ the loop's own handlers (that would deadlock; ``RuntimeError`` is raised).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -32,8 +32,11 @@ class BlockingRemotingClient:
         request_handlers: Mapping[int, Processor] | None = None,
         connect_timeout: float = 3.0,
         name: str = "pyrmq-remoting-client",
+        signer: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
-        self._client = RemotingClient(request_handlers=request_handlers, connect_timeout=connect_timeout, name=name)
+        self._client = RemotingClient(
+            request_handlers=request_handlers, connect_timeout=connect_timeout, name=name, signer=signer
+        )
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
         self._ready = threading.Event()

@@ -20,7 +20,7 @@ import errno
 import logging
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -88,12 +88,15 @@ class RemotingClient:
         max_frame_size: int = MAX_FRAME_SIZE,
         max_in_flight: int = 4096,
         name: str = "remoting-client",
+        signer: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self.processors: Mapping[int, Processor] = dict(request_handlers or {})
         self.connect_timeout = connect_timeout
         self.max_frame_size = max_frame_size
         self.max_in_flight = max_in_flight
         self.name = name
+        #: signs every request sent (ACL: :class:`pyrmq.remoting.signing.RequestSigner`); None sends them as they are
+        self.signer = signer
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, _ConnectAttempt] = {}
         self._nursery: trio.Nursery | None = None
@@ -185,6 +188,7 @@ class RemotingClient:
                 max_frame_size=self.max_frame_size,
                 on_close=lambda c, a=addr: self._connection_closed(a, c),
             )
+            conn.signer = self.signer
             self._conns[addr] = conn
             attempt.conn = conn
             nursery.start_soon(conn.serve)

@@ -166,6 +166,8 @@ class Connection:
         self.max_in_flight = max_in_flight
         self.respond_unknown_code = respond_unknown_code
         self._on_close = on_close
+        #: ``signer(request)`` adds credentials to every request this end sends (ACL; set by RemotingClient)
+        self.signer: Callable[[RemotingCommand], None] | None = None
         self._decoder = FrameDecoder() if max_frame_size is None else FrameDecoder(max_frame_size)
         self.remote_address: tuple[str, int] = tuple(sock.getpeername()[:2])  # type: ignore[assignment]
         self.local_address: tuple[str, int] = tuple(sock.getsockname()[:2])  # type: ignore[assignment]
@@ -290,6 +292,12 @@ class Connection:
             err = request.make_response(1, f"cannot encode response: {exc}")
             err.serialize_type = 0
             self._out_bytes += err.encode_into(self._out)
+
+    def _encode_request(self, request: RemotingCommand) -> None:
+        # the one place an outgoing request is signed (invoke, invoke_oneway, invoke_callback)
+        if self.signer is not None:
+            self.signer(request)
+        self._out_bytes += request.encode_into(self._out)
 
     async def _wait_for_room(self) -> None:
         self._room = trio.Event()
@@ -481,7 +489,7 @@ class Connection:
             deadline = trio.current_time() + timeout
             self._arm_timer(deadline)
         waiter = _Waiter(deadline, timeout, request.code)
-        self._out_bytes += request.encode_into(self._out)
+        self._encode_request(request)
         pending[opaque] = waiter
         try:
             if not await self._send_queued(deadline) and not self.closed:
@@ -498,7 +506,7 @@ class Connection:
         if self.server_side:
             request.serialize_type = 0
         request.flag = (request.flag | RPC_ONEWAY) & ~RPC_RESPONSE
-        self._out_bytes += request.encode_into(self._out)
+        self._encode_request(request)
         deadline = _INF if timeout is None else trio.current_time() + timeout
         if not self._writing:
             ok = await self._flush(deadline)
@@ -531,7 +539,7 @@ class Connection:
         while opaque in pending:
             request.opaque = opaque = next_opaque()
         pending[opaque] = _CallbackWaiter(callback)
-        self._out_bytes += request.encode_into(self._out)
+        self._encode_request(request)
 
     def cancel_callback(self, opaque: int) -> bool:
         return self._pending.pop(opaque, None) is not None

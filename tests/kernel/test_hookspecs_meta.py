@@ -34,7 +34,7 @@ def test_every_hook_is_prefixed_and_listed():
     assert set(names) == {
         "pyrmq_addhooks", "pyrmq_configure", "pyrmq_serve", "pyrmq_unconfigure", "pyrmq_add_commands",
         "pyrmq_register_processors", "pyrmq_register_store_dispatchers", "pyrmq_register_put_interceptors",
-        "pyrmq_connection_opened", "pyrmq_connection_closed", "pyrmq_make_message_filter",
+        "pyrmq_connection_opened", "pyrmq_connection_closed", "pyrmq_make_message_filter", "pyrmq_make_request_guard",
         "pyrmq_register_allocate_strategies", "pyrmq_check_transaction",
     }
 
