@@ -11,6 +11,7 @@ format (tab indentation) and writes integer map keys bare, as the Java broker do
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,6 +20,8 @@ from typing import Any
 
 from .checkpoint import _fsync_dir
 from .errors import ConfigFileError
+
+log = logging.getLogger(__name__)
 
 TOPICS_JSON = "topics.json"
 CONSUMER_OFFSET_JSON = "consumerOffset.json"
@@ -246,6 +249,9 @@ class ConfigFile:
                     text = f.read()
             except FileNotFoundError:
                 continue
+            except UnicodeDecodeError as exc:  # torn or bit-flipped bytes: not UTF-8 any more
+                errors.append(f"{candidate}: not UTF-8 ({exc.reason} at byte {exc.start})")
+                continue
             if not text.strip():
                 errors.append(f"{candidate}: empty")
                 continue
@@ -254,6 +260,11 @@ class ConfigFile:
             except ValueError as exc:
                 errors.append(f"{candidate}: {exc}")
                 continue
+            if not isinstance(value, dict):  # every RocketMQ config file is one JSON object
+                errors.append(f"{candidate}: a JSON {type(value).__name__}, not an object")
+                continue
+            if errors:
+                log.warning("config %s is unreadable (%s); loaded %s instead", self.path, "; ".join(errors), candidate)
             self.loaded_from = candidate
             return value
         self.loaded_from = ""

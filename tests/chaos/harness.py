@@ -159,6 +159,8 @@ class Record:
     queue_offset: int
     store_timestamp: int
     properties: dict[str, str]
+    body_pos: int = 0
+    body_len: int = 0
 
 
 @attrs.define
@@ -210,7 +212,8 @@ def read_store(root: Path) -> StoreImage:
                 if zlib.crc32(body) & 0x7FFFFFFF != h.body_crc:
                     img.bad_crc.append(h.pos)
                 img.records.append(Record(h.pos, h.total_size, h.topic, h.queue_id, h.queue_offset,
-                                          h.store_timestamp, decode_properties(h.properties_bytes)))
+                                          h.store_timestamp, decode_properties(h.properties_bytes), h.body_pos,
+                                          h.body_len))
                 pos += h.total_size
                 continue
             if isinstance(h, str):

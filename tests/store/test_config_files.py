@@ -44,6 +44,22 @@ def test_save_keeps_a_backup_and_load_falls_back_to_it(tmp_path):
         f.load()
 
 
+@pytest.mark.parametrize("damage", [b'{"offsetTable":{1:\xe3\x93', b"\xff\xfe{}", b"[]", b"17"])
+def test_bytes_that_are_not_utf8_or_not_an_object_fall_back_to_the_backup(tmp_path, damage, caplog):
+    # found by the reliability suite (tests/chaos/test_torn.py): a bit-flipped config file stopped the broker with
+    # a UnicodeDecodeError instead of falling back to its .bak
+    f = DelayOffsetFile(str(tmp_path / "config" / "delayOffset.json"))
+    f.save_table({1: 5})
+    f.save_table({1: 6})
+    with open(f.path, "wb") as out:
+        out.write(damage)
+    assert f.load_table() == {1: 5} and f.loaded_from.endswith(".bak")
+    assert "delayOffset.json is unreadable" in caplog.text and "delayOffset.json.bak instead" in caplog.text
+    os.unlink(f.path + ".bak")
+    with pytest.raises(ConfigFileError):
+        f.load()
+
+
 def test_topics_and_subscription_groups_shapes(tmp_path):
     topics = TopicsFile(str(tmp_path / "topics.json"))
     table = {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
