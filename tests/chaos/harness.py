@@ -99,10 +99,12 @@ class Cluster:
     broker_port: int = attrs.Factory(free_port)
     namesrv: subprocess.Popen | None = None
     broker: subprocess.Popen | None = None
+    #: the store directory (default ``root/store``)
+    store_path: Path | None = None
 
     @property
     def store_dir(self) -> Path:
-        return self.root / "store"
+        return self.store_path or self.root / "store"
 
     @property
     def broker_log(self) -> Path:
