@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 PKG_DIRS  := kernel store remoting plugins client spark_plugin configs
 PKG_FILES := $(VENV)/.pyrmq-files
 
-.PHONY: run test install check-python check-tools bench clean FORCE
+.PHONY: run test install check-python check-tools bench chaos clean FORCE
 
 check-python:
 	@PYTHON='$(PYTHON)' .ci/check-tools --python
@@ -47,3 +47,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis $(STAMP)  # build/ holds the editable install's links
+
+# The reliability suite at full size (docs/reliability.md): crash rounds, torn files, disk full, fuzzing, soak.
+# About 25 minutes on a 2-core machine; a short version of each scenario runs inside `make test`.
+chaos: $(STAMP)
+	CHAOS_FULL=1 CHAOS_REPORT=$${CHAOS_REPORT:-chaos-report.jsonl} $(BIN)/python -m pytest -m chaos tests/chaos $(PYTEST_ARGS)

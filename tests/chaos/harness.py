@@ -54,9 +54,9 @@ def pyrmq_cmd(*args: str) -> list[str]:
 
 def spawn(cmd: list[str], log_path: Path, **kw: Any) -> subprocess.Popen:
     log = open(log_path, "ab")
+    kw.setdefault("env", dict(os.environ, PYTHONUNBUFFERED="1"))
     try:
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"), **kw)
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, **kw)
     finally:
         log.close()
 
@@ -101,6 +101,9 @@ class Cluster:
     broker: subprocess.Popen | None = None
     #: the store directory (default ``root/store``)
     store_path: Path | None = None
+    #: the broker's bundle (a packaged name or a TOML path) and extra environment for its process
+    bundle: str = "broker"
+    broker_env: dict[str, str] = attrs.Factory(dict)
 
     @property
     def store_dir(self) -> Path:
@@ -131,11 +134,11 @@ class Cluster:
             "brokerName": "chaos-broker", "mappedFileSizeCommitLog": str(4 * 1024 * 1024),
             "maxHashSlotNum": "50000", "maxIndexNum": "200000", **self.broker_settings,
         }
-        args = ["broker", "-c", "broker", "--namesrv", self.namesrv_addr, "--listen", self.broker_addr,
+        args = ["broker", "-c", self.bundle, "--namesrv", self.namesrv_addr, "--listen", self.broker_addr,
                 "--store-dir", str(self.store_dir)]
         for k, v in settings.items():
             args += ["--set", f"{k}={v}"]
-        self.broker = spawn(pyrmq_cmd(*args), self.broker_log)
+        self.broker = spawn(pyrmq_cmd(*args), self.broker_log, env=dict(os.environ, PYTHONUNBUFFERED="1", **self.broker_env))
         return wait_port(self.broker_port, self.broker)
 
     def kill_broker(self) -> None:

@@ -54,6 +54,15 @@ def start_producers(cluster: Cluster, n: int, inflight: int) -> tuple[list[subpr
     return procs, logs
 
 
+def wait_for_acks(logs: list[Path], producers: list[subprocess.Popen], deadline_s: float = 90) -> None:
+    """Wait until every producer has had a send acknowledged (routes found, topic created)."""
+    t_end = time.monotonic() + deadline_s
+    while not all(read_acks([log])[0] for log in logs):
+        assert time.monotonic() < t_end, f"a producer had nothing acknowledged within {deadline_s} s"
+        assert all(p.poll() is None for p in producers), "a producer exited"
+        time.sleep(0.2)
+
+
 def verify(img: StoreImage, acks: dict, *, final: bool) -> dict[str, int]:
     """Every acknowledged message against the store image; returns the counts."""
     figures = check_consistency(img)
@@ -126,7 +135,7 @@ def assert_clean(figures: dict[str, int], img: StoreImage, where: str) -> None:
 
 
 def test_sigkill_under_load_loses_and_duplicates_nothing(tmp_path):
-    rounds = 20 if FULL else 2
+    rounds = 20 if FULL else 1
     inflight = 64 if FULL else 16
     rng = random.Random()
     cluster = Cluster(tmp_path, {"flushDiskType": "SYNC_FLUSH", "messageDelayLevel": "1s 2s"})
@@ -137,6 +146,7 @@ def test_sigkill_under_load_loses_and_duplicates_nothing(tmp_path):
         cluster.start_namesrv()
         cluster.start_broker()
         producers, logs = start_producers(cluster, 4, inflight)
+        wait_for_acks(logs, producers)
         for rnd in range(rounds):
             time.sleep(rng.uniform(2.0, 5.0))
             for p in producers:
@@ -189,8 +199,9 @@ def test_async_flush_exposure_is_bounded_by_the_flush_interval(tmp_path):
         cluster.start_namesrv()
         cluster.start_broker()
         producers, logs = start_producers(cluster, 2, 16)
+        wait_for_acks(logs, producers)
         for _ in range(rounds):
-            time.sleep(random.uniform(2.0, 4.0))
+            time.sleep(random.uniform(2.0, 4.0) if FULL else 1.5)
             cluster.kill_broker()
             kill_ms = int(time.time() * 1000)
             for p in producers:
