@@ -219,10 +219,15 @@ def write_atomically(path: str, text: str) -> None:
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        if os.path.isfile(tmp):  # no half-written temporary file left behind
+            os.unlink(tmp)
+        raise
     if os.path.exists(path):
         bak = path + ".bak"
         shutil.copyfile(path, bak + ".tmp")
@@ -272,8 +277,16 @@ class ConfigFile:
             raise ConfigFileError(self.path, "; ".join(errors))
         return None
 
-    def save(self, value: Any) -> None:
-        write_atomically(self.path, fastjson_dumps(value))
+    def save(self, value: Any) -> bool:
+        """Write the file; False when the disk refused (logged, the old file and its .bak intact). Like RocketMQ's
+        ``ConfigManager.persist``, a failed save never fails the request that changed the table: on a full disk a
+        consumer's heartbeat or pull must go on."""
+        try:
+            write_atomically(self.path, fastjson_dumps(value))
+        except OSError as exc:
+            log.error("config %s not saved: %s", self.path, exc)
+            return False
+        return True
 
 
 def data_version(counter: int = 0, timestamp: int | None = None) -> dict:

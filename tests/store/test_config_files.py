@@ -60,6 +60,21 @@ def test_bytes_that_are_not_utf8_or_not_an_object_fall_back_to_the_backup(tmp_pa
         f.load()
 
 
+def test_a_save_the_disk_refuses_is_logged_and_keeps_the_old_file(tmp_path, caplog):
+    # found by the reliability suite (tests/chaos/test_disk_full.py): on a full disk a new consumer group's first
+    # pull failed with SYSTEM_ERROR, because saving subscriptionGroup.json raised ENOSPC into the request
+    f = ConsumerOffsetFile(str(tmp_path / "consumerOffset.json"))
+    assert f.save({"offsetTable": {"t@g": {0: 1}}})
+    blocker = tmp_path / "consumerOffset.json.tmp"
+    blocker.mkdir()  # the temporary file cannot be created (EISDIR), as a full disk's ENOSPC would refuse it
+    try:
+        assert f.save({"offsetTable": {"t@g": {0: 2}}}) is False
+    finally:
+        blocker.rmdir()
+    assert f.load_table() == {"t@g": {0: 1}}
+    assert "consumerOffset.json not saved" in caplog.text
+
+
 def test_topics_and_subscription_groups_shapes(tmp_path):
     topics = TopicsFile(str(tmp_path / "topics.json"))
     table = {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
