@@ -46,7 +46,7 @@ async def tables(addr: str) -> dict[str, int]:
 
 
 def test_soak_with_retention_keeps_memory_fds_and_tables_flat(tmp_path):
-    count = int(os.environ.get("CHAOS_SOAK_COUNT", 2_000_000 if FULL else 30_000))
+    count = int(os.environ.get("CHAOS_SOAK_COUNT", 2_000_000 if FULL else 20_000))
     hours = ";".join(f"{h:02d}" for h in range(24))
     cluster = Cluster(tmp_path, {"fileReservedTime": "0", "deleteWhen": hours,
                                  "mappedFileSizeCommitLog": str(1024 * 1024)},
