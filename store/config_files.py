@@ -103,8 +103,17 @@ class _Parser:
         c = self.s[self.i] if self.i < len(self.s) else ""
         if c == "{":
             # fastjson object key (e.g. a MessageQueue): a hashable tuple of its sorted items
-            return tuple(sorted(self.obj().items()))
-        return self.value()
+            items = self.obj().items()
+            try:
+                key = tuple(sorted(items))
+                hash(key)
+            except TypeError:  # keys of mixed types, or array values: no MessageQueue looks like that
+                raise self.error("object used as a key holds arrays or mixed key types") from None
+            return key
+        key = self.value()
+        if isinstance(key, (list, dict)):
+            raise self.error("an array or object cannot be a key here")
+        return key
 
     def obj(self) -> dict:
         self.i += 1

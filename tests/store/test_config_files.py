@@ -75,6 +75,14 @@ def test_a_save_the_disk_refuses_is_logged_and_keeps_the_old_file(tmp_path, capl
     assert "consumerOffset.json not saved" in caplog.text
 
 
+@pytest.mark.parametrize("text", ["{[[1]]:1}", "{[0,{r:1}]:2}", "{{a:[1]}:1}", "{{1:1,a:2}:3}"])
+def test_unhashable_keys_are_a_parse_error(text):
+    # found by the reliability suite's fuzzer (tests/chaos/fuzz_targets.py, 'fastjson'): an array as an object key
+    # raised TypeError out of the config reader instead of its ValueError (so no fallback to the .bak)
+    with pytest.raises(ValueError):
+        fastjson_loads(text)
+
+
 def test_topics_and_subscription_groups_shapes(tmp_path):
     topics = TopicsFile(str(tmp_path / "topics.json"))
     table = {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
