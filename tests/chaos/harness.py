@@ -25,7 +25,17 @@ from typing import Any
 import attrs
 
 from pyrmq.store.commitlog import END_OF_FILE, RecordHeader, read_record_header
-from pyrmq.store.format import CQ_UNIT, INDEX_ENTRY, INDEX_HEADER, decode_properties, index_key_hash, unsigned_hash
+from pyrmq.store.format import (
+    CQ_UNIT,
+    INDEX_ENTRY,
+    INDEX_HEADER,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    decode_properties,
+    index_key_hash,
+    unsigned_hash,
+)
 from pyrmq.store.mapped_file import is_segment_name
 
 FULL = os.environ.get("CHAOS_FULL", "") not in ("", "0")
@@ -166,6 +176,12 @@ class Record:
     properties: dict[str, str]
     body_pos: int = 0
     body_len: int = 0
+    sys_flag: int = 0
+
+    @property
+    def in_queue(self) -> bool:
+        """A prepared or rolled-back transactional half message takes no queue offset (RocketMQ stores 0)."""
+        return self.sys_flag & TRANSACTION_TYPE_MASK not in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 
 @attrs.define
@@ -218,7 +234,7 @@ def read_store(root: Path) -> StoreImage:
                     img.bad_crc.append(h.pos)
                 img.records.append(Record(h.pos, h.total_size, h.topic, h.queue_id, h.queue_offset,
                                           h.store_timestamp, decode_properties(h.properties_bytes), h.body_pos,
-                                          h.body_len))
+                                          h.body_len, h.sys_flag))
                 pos += h.total_size
                 continue
             if isinstance(h, str):
@@ -264,8 +280,9 @@ def check_consistency(img: StoreImage) -> dict[str, int]:
     unit pointing at the record of its queue and offset, every record of a queue in its consume queue."""
     per_queue: dict[tuple[str, int], list[Record]] = collections.defaultdict(list)
     for r in img.records:
-        per_queue[(r.topic, r.queue_id)].append(r)
-    by_phy = {r.phy: r for r in img.records}
+        if r.in_queue:
+            per_queue[(r.topic, r.queue_id)].append(r)
+    by_phy = {r.phy: r for r in img.records if r.in_queue}
     gaps = repeats = bad_units = missing_units = 0
     for key, recs in per_queue.items():
         offsets = [r.queue_offset for r in recs]
@@ -346,6 +363,16 @@ def rss_kib(pid: int) -> int:
 
 def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def store_file_count(root: Path) -> int:
+    """Commit-log segments, consume-queue files and index files: each is held open (mapped) while it exists."""
+    n = len(_segments(root / "commitlog"))
+    cq = root / "consumequeue"
+    for qdir in cq.glob("*/*") if cq.is_dir() else []:
+        n += len(_segments(qdir))
+    idx = root / "index"
+    return n + (len([f for f in idx.iterdir() if len(f.name) == 17]) if idx.is_dir() else 0)
 
 
 def iter_lines(path: Path) -> Iterator[str]:
