@@ -365,6 +365,26 @@ def fd_count(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def fd_breakdown(pid: int, store_root: Path) -> dict[str, int]:
+    """The process's descriptors: on the store's segment/queue/index files (two per mapped file: the file's and
+    the mmap's own duplicate), on files deleted but still held open (a leak, and disk space not given back), and
+    the rest (sockets, logs, config files)."""
+    out = {"store": 0, "deleted": 0, "other": 0}
+    prefixes = tuple(str(store_root / d) + os.sep for d in ("commitlog", "consumequeue", "index"))
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(" (deleted)"):
+            out["deleted"] += 1
+        elif target.startswith(prefixes):
+            out["store"] += 1
+        else:
+            out["other"] += 1
+    return out
+
+
 def store_file_count(root: Path) -> int:
     """Commit-log segments, consume-queue files and index files: each is held open (mapped) while it exists."""
     n = len(_segments(root / "commitlog"))
