@@ -49,6 +49,6 @@ clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis $(STAMP)  # build/ holds the editable install's links
 
 # The reliability suite at full size (docs/reliability.md): crash rounds, torn files, disk full, fuzzing, soak.
-# About 25 minutes on a 2-core machine; a short version of each scenario runs inside `make test`.
+# About 30 minutes on a 2-core machine; a short version of each scenario runs inside `make test`.
 chaos: $(STAMP)
 	CHAOS_FULL=1 CHAOS_REPORT=$${CHAOS_REPORT:-chaos-report.jsonl} $(BIN)/python -m pytest -m chaos tests/chaos $(PYTEST_ARGS)
