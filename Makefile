@@ -16,7 +16,7 @@ PEERS_ARGS ?=
 PKG_DIRS  := kernel store remoting plugins client spark_plugin configs
 PKG_FILES := $(VENV)/.pyrmq-files
 
-.PHONY: run test install check-python check-tools bench peers clean FORCE
+.PHONY: run test install check-python check-tools bench peers chaos clean FORCE
 
 check-python:
 	@PYTHON='$(PYTHON)' .ci/check-tools --python
@@ -56,3 +56,8 @@ peers: check-tools $(STAMP)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis $(STAMP)  # build/ holds the editable install's links
+
+# The reliability suite at full size (docs/reliability.md): crash rounds, torn files, disk full, fuzzing, soak.
+# About 30 minutes on a 2-core machine; a short version of each scenario runs inside `make test`.
+chaos: $(STAMP)
+	CHAOS_FULL=1 CHAOS_REPORT=$${CHAOS_REPORT:-chaos-report.jsonl} $(BIN)/python -m pytest -m chaos tests/chaos $(PYTEST_ARGS)

@@ -47,7 +47,7 @@ class ObjectKey(Mapping):
 
     def __init__(self, mapping: Mapping[str, Any] | None = None, **kw: Any) -> None:
         d = dict(mapping or (), **kw)
-        self._items = tuple(sorted((k, _freeze(v)) for k, v in d.items()))
+        self._items = tuple(sorted(((k, _freeze(v)) for k, v in d.items()), key=_item_order))
         self._hash = hash(self._items)
 
     def __getitem__(self, key: str) -> Any:
@@ -72,6 +72,13 @@ class ObjectKey(Mapping):
 
     def __repr__(self) -> str:
         return f"ObjectKey({dict(self._items)!r})"
+
+
+def _item_order(item: tuple[Any, Any]) -> tuple:
+    """A canonical order for an ObjectKey's items whatever the key types (fastjson allows object keys in objects
+    used as keys; comparing them with strings would raise TypeError)."""
+    k = item[0]
+    return (0, k, "") if isinstance(k, str) else (1, type(k).__name__, repr(k))
 
 
 def _freeze(v: Any) -> Any:

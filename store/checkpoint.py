@@ -6,12 +6,15 @@ crash recovery starts scanning at the newest commit-log segment that begins befo
 
 from __future__ import annotations
 
+import logging
 import os
 
 from .format import CHECKPOINT, CHECKPOINT_FILE_SIZE
 
 #: Java's ``StoreCheckpoint.getMinTimestamp`` subtracts 3 s so a record written right at the checkpoint is re-checked
 MIN_TIMESTAMP_SLACK_MS = 3000
+
+log = logging.getLogger(__name__)
 
 
 class StoreCheckpoint:
@@ -22,8 +25,10 @@ class StoreCheckpoint:
         self.index_msg_timestamp = 0
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self.fd).st_size < CHECKPOINT_FILE_SIZE:
-            os.ftruncate(self.fd, CHECKPOINT_FILE_SIZE)
+        size = os.fstat(self.fd).st_size
+        if size < CHECKPOINT_FILE_SIZE:
+            # written, not ftruncate'd: a sparse page would need space at every later flush (ENOSPC on a full disk)
+            os.pwrite(self.fd, bytes(CHECKPOINT_FILE_SIZE - size), size)
         data = os.pread(self.fd, CHECKPOINT.size, 0)
         self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = CHECKPOINT.unpack(data)
 
@@ -33,16 +38,22 @@ class StoreCheckpoint:
             ts = min(ts, self.index_msg_timestamp)
         return max(0, ts - MIN_TIMESTAMP_SLACK_MS)
 
-    def flush(self) -> None:
-        """Blocking: write and fsync the three timestamps."""
+    def flush(self) -> bool:
+        """Blocking: write and fsync the three timestamps. False (logged) when the disk refused: an older
+        checkpoint only makes the next crash recovery scan further back, so the store goes on."""
         if self.fd < 0:
-            return
-        os.pwrite(
-            self.fd,
-            CHECKPOINT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp),
-            0,
-        )
-        os.fdatasync(self.fd)
+            return False
+        try:
+            os.pwrite(
+                self.fd,
+                CHECKPOINT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp),
+                0,
+            )
+            os.fdatasync(self.fd)
+        except OSError as exc:
+            log.error("checkpoint %s not written: %s", self.path, exc)
+            return False
+        return True
 
     def close(self) -> None:
         if self.fd >= 0:

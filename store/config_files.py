@@ -11,6 +11,7 @@ format (tab indentation) and writes integer map keys bare, as the Java broker do
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -19,6 +20,8 @@ from typing import Any
 
 from .checkpoint import _fsync_dir
 from .errors import ConfigFileError
+
+log = logging.getLogger(__name__)
 
 TOPICS_JSON = "topics.json"
 CONSUMER_OFFSET_JSON = "consumerOffset.json"
@@ -100,8 +103,17 @@ class _Parser:
         c = self.s[self.i] if self.i < len(self.s) else ""
         if c == "{":
             # fastjson object key (e.g. a MessageQueue): a hashable tuple of its sorted items
-            return tuple(sorted(self.obj().items()))
-        return self.value()
+            items = self.obj().items()
+            try:
+                key = tuple(sorted(items))
+                hash(key)
+            except TypeError:  # keys of mixed types, or array values: no MessageQueue looks like that
+                raise self.error("object used as a key holds arrays or mixed key types") from None
+            return key
+        key = self.value()
+        if isinstance(key, (list, dict)):
+            raise self.error("an array or object cannot be a key here")
+        return key
 
     def obj(self) -> dict:
         self.i += 1
@@ -216,10 +228,15 @@ def write_atomically(path: str, text: str) -> None:
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, exist_ok=True)
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        if os.path.isfile(tmp):  # no half-written temporary file left behind
+            os.unlink(tmp)
+        raise
     if os.path.exists(path):
         bak = path + ".bak"
         shutil.copyfile(path, bak + ".tmp")
@@ -246,6 +263,9 @@ class ConfigFile:
                     text = f.read()
             except FileNotFoundError:
                 continue
+            except UnicodeDecodeError as exc:  # torn or bit-flipped bytes: not UTF-8 any more
+                errors.append(f"{candidate}: not UTF-8 ({exc.reason} at byte {exc.start})")
+                continue
             if not text.strip():
                 errors.append(f"{candidate}: empty")
                 continue
@@ -254,6 +274,11 @@ class ConfigFile:
             except ValueError as exc:
                 errors.append(f"{candidate}: {exc}")
                 continue
+            if not isinstance(value, dict):  # every RocketMQ config file is one JSON object
+                errors.append(f"{candidate}: a JSON {type(value).__name__}, not an object")
+                continue
+            if errors:
+                log.warning("config %s is unreadable (%s); loaded %s instead", self.path, "; ".join(errors), candidate)
             self.loaded_from = candidate
             return value
         self.loaded_from = ""
@@ -261,8 +286,16 @@ class ConfigFile:
             raise ConfigFileError(self.path, "; ".join(errors))
         return None
 
-    def save(self, value: Any) -> None:
-        write_atomically(self.path, fastjson_dumps(value))
+    def save(self, value: Any) -> bool:
+        """Write the file; False when the disk refused (logged, the old file and its .bak intact). Like RocketMQ's
+        ``ConfigManager.persist``, a failed save never fails the request that changed the table: on a full disk a
+        consumer's heartbeat or pull must go on."""
+        try:
+            write_atomically(self.path, fastjson_dumps(value))
+        except OSError as exc:
+            log.error("config %s not saved: %s", self.path, exc)
+            return False
+        return True
 
 
 def data_version(counter: int = 0, timestamp: int | None = None) -> dict:

@@ -25,6 +25,7 @@ from .format import (
     index_key_hash,
     unsigned_hash,
 )
+from .mapped_file import allocate_file
 
 log = logging.getLogger(__name__)
 
@@ -132,15 +133,18 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.file_size = HEADER_SIZE + hash_slot_num * 4 + index_num * ENTRY_SIZE
+        existed = os.path.exists(path)
         self.fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
         try:
             if os.fstat(self.fd).st_size != self.file_size:
                 if not create:
                     raise ValueError(f"{path}: size {os.fstat(self.fd).st_size} != expected {self.file_size}")
-                os.ftruncate(self.fd, self.file_size)
+                allocate_file(self.fd, self.file_size)
             self.mm = mmap.mmap(self.fd, self.file_size)
         except BaseException:
             os.close(self.fd)
+            if not existed:  # no half-allocated file left behind (a full disk)
+                os.unlink(path)
             raise
         (
             self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,

@@ -8,6 +8,7 @@ shared mapping too) and is meant to run in a worker thread; it releases the GIL,
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import mmap
 import os
@@ -42,6 +43,19 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def allocate_file(fd: int, size: int) -> None:
+    """Give the file ``size`` bytes of real disk blocks (``posix_fallocate``), not a sparse hole: a store written
+    through mmap would otherwise take a SIGBUS (and die) when a page of the hole is first touched on a full file
+    system. A full disk fails here instead, with ENOSPC, where the caller can refuse the write cleanly. File systems
+    without fallocate get the sparse file as before."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
+        os.ftruncate(fd, size)
+
+
 def is_segment_name(name: str) -> bool:
     return len(name) == 20 and name.isdigit()
 
@@ -59,14 +73,17 @@ class MappedFile:
         self.file_size = file_size
         self.file_from_offset = int(os.path.basename(path))
         flags = os.O_RDWR | (os.O_CREAT if create else 0)
+        existed = os.path.exists(path)
         self.fd = os.open(path, flags, 0o644)
         try:
             if os.fstat(self.fd).st_size != file_size:
-                # a fresh (sparse) segment, or one a crash left short: grow it to the full size
-                os.ftruncate(self.fd, file_size)
+                # a fresh segment, or one a crash left short: grow it to the full size, blocks allocated
+                allocate_file(self.fd, file_size)
             self.mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self.fd)
+            if not existed:  # no empty or half-allocated segment left behind (a full disk)
+                os.unlink(path)
             raise
         self.view = memoryview(self.mm)
         self.address = _address(self.mm) if _madvise is not None else 0

@@ -20,6 +20,7 @@ class MappedFileQueue:
         self._starts: list[int] = []
         #: the next segment, created (and warmed) ahead of need; not part of ``files`` until used
         self.spare: MappedFile | None = None
+        self._spare_failed = False
 
     # -- loading -----------------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -73,7 +74,14 @@ class MappedFileQueue:
         if last is None or self.spare is not None:
             return None
         start = last.file_from_offset + self.file_size
-        self.spare = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size)
+        try:
+            self.spare = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size)
+        except OSError as exc:  # a full disk: the append that needs it refuses the write with CREATE_MAPEDFILE_FAILED
+            if not self._spare_failed:
+                log.warning("cannot create the next segment ahead of need in %s: %s", self.directory, exc)
+            self._spare_failed = True
+            return None
+        self._spare_failed = False
         return self.spare
 
     def drop_spare(self) -> None:

@@ -239,10 +239,36 @@ class DelayLevelService:
             if self._dirty:
                 await trio.to_thread.run_sync(self.persist)
 
+    def _delivered_before_crash(self, level: int) -> bool:
+        """After a crash: was the message at the level's resume offset delivered already? The delivered copy is
+        appended before the progress slot is written, so a kill between the two leaves the copy in the commit log
+        and the progress one behind; the index (rebuilt by recovery) finds the copy by the message's UNIQ_KEY."""
+        report = getattr(self.store, "recovery_report", None)
+        offset = self.offsets.get(level, 0)
+        cq = self.store.consume_queues.get(SCHEDULE_TOPIC, level - 1)
+        if report is None or not report.abnormal or cq is None or offset >= cq.max_offset:
+            return False
+        units = list(cq.units_from(offset, 1) or ())
+        if not units or units[0][1] == BLANK_SIZE:
+            return False
+        parked = self.store.look_message_by_offset(units[0][0], units[0][1])
+        uniq = parked.properties.get("UNIQ_KEY") if parked is not None else None
+        topic = parked.properties.get(PROPERTY_REAL_TOPIC) if parked is not None else None
+        if not uniq or not topic:
+            return False
+        found = self.store.query_message(topic, uniq, 4, parked.store_timestamp, self.clock() + 60_000)
+        if found.message_count == 0:
+            return False
+        log.info("delay level %d: the message at offset %d (%s) was delivered just before the crash; not again",
+                 level, offset, uniq)
+        return True
+
     async def _level_loop(self, level: int) -> None:
         queue_id = level - 1
         delay = self.delay_of(level)
         store = self.store
+        if self._delivered_before_crash(level):
+            self._advance(level, self.offsets.get(level, 0) + 1)
         while True:
             cq = store.consume_queues.get(SCHEDULE_TOPIC, queue_id)
             offset = self.offsets.get(level, 0)

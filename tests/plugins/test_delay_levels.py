@@ -147,6 +147,31 @@ async def test_progress_survives_a_crash_and_a_clean_restart(nursery, tmp_path, 
     store.close()
 
 
+async def test_a_delivery_a_crash_cut_off_before_its_progress_is_not_repeated(nursery, tmp_path, autojump_clock):
+    # found by the reliability suite (tests/chaos/test_crash.py, kill -9 under load): the kill landed between the
+    # delivered copy's append and the progress update, and the restarted broker delivered the message again
+    root = tmp_path / "store"
+    config_dir = str(root / "config")
+    store = open_store(root)
+    first = DelayLevelService(store, DEFAULT_MS, config_dir, flush_interval_s=3600)
+    first.load()
+    send_delayed(store, first, "T", b"once", 1, UNIQ_KEY="C0A8000100002A9F0000000000000001")
+    send_delayed(store, first, "T", b"next", 1, UNIQ_KEY="C0A8000100002A9F0000000000000002")
+    await trio.sleep(1.5)
+    phy, size, _ = next(store.consume_queues.get(SCHEDULE_TOPIC, 0).units_from(0, 1))
+    assert first.deliver(phy, size, 1)  # delivered; the progress never written: the process died here
+    first.progress._map.close()
+    store.close()
+    (root / "abort").touch()  # as a killed broker leaves it
+    store = open_store(root)
+    second = DelayLevelService(store, DEFAULT_MS, config_dir)
+    await nursery.start(second.run)
+    await trio.sleep(2)
+    assert [m.body for m in read_all(store, "T")] == [b"once", b"next"]
+    second.close()
+    store.close()
+
+
 def _send(topic, body, props, queue_id=0):
     fields = {"a": "pg", "b": topic, "c": "TBW102", "d": 4, "e": queue_id, "f": 0, "g": int(time.time() * 1000),
               "h": 0, "i": encode_properties(props), "j": 0, "k": False}

@@ -103,3 +103,12 @@ def test_dumps_loads_roundtrip(value, style):
     if isinstance(value, dict) and len({str(k) for k in value}) != len(value):
         return  # 1 and "1" collide once written as text
     assert fj.loads(fj.dumps(value, style=style)) == _normalise(value)
+
+
+def test_object_keys_mixing_string_and_object_keys_parse():
+    # found by the reliability suite's fuzzer (tests/chaos/fuzz_targets.py, 'fastjson'): an object used as a key
+    # that itself had both a string key and an object key raised TypeError ('<' between ObjectKey and str)
+    value = fj.loads(b'{{k:"",{}:""}:1}')
+    (key,) = value
+    assert key["k"] == "" and len(key) == 2 and value[key] == 1
+    assert fj.loads(b'{{{}:"",k:""}:1}') == value  # the same key whatever the order it was written in

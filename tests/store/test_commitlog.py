@@ -111,3 +111,16 @@ def test_pre_encoded_properties_are_stored_verbatim(store):
     assert msg.properties_bytes == raw and msg.tags == "TagB"
     g = store.get_message("g", "T", 0, 0, 1)
     assert decode_messages(g.body())[0].uniq_key == "ABC"
+
+
+def test_new_segments_have_their_blocks_allocated(tmp_path):
+    # found by the reliability suite (tests/chaos/test_disk_full.py): a sparse segment written through mmap killed
+    # the broker with SIGBUS once another writer had filled the file system; allocated up front, a full disk shows
+    # as ENOSPC when the segment is created, and the append is refused cleanly
+    from pyrmq.store.mapped_file import MappedFile
+
+    mf = MappedFile(str(tmp_path / "00000000000000000000"), 1 << 20)
+    try:
+        assert os.stat(mf.path).st_blocks * 512 >= 1 << 20
+    finally:
+        mf.close()

@@ -44,6 +44,45 @@ def test_save_keeps_a_backup_and_load_falls_back_to_it(tmp_path):
         f.load()
 
 
+@pytest.mark.parametrize("damage", [b'{"offsetTable":{1:\xe3\x93', b"\xff\xfe{}", b"[]", b"17"])
+def test_bytes_that_are_not_utf8_or_not_an_object_fall_back_to_the_backup(tmp_path, damage, caplog):
+    # found by the reliability suite (tests/chaos/test_torn.py): a bit-flipped config file stopped the broker with
+    # a UnicodeDecodeError instead of falling back to its .bak
+    f = DelayOffsetFile(str(tmp_path / "config" / "delayOffset.json"))
+    f.save_table({1: 5})
+    f.save_table({1: 6})
+    with open(f.path, "wb") as out:
+        out.write(damage)
+    assert f.load_table() == {1: 5} and f.loaded_from.endswith(".bak")
+    assert "delayOffset.json is unreadable" in caplog.text and "delayOffset.json.bak instead" in caplog.text
+    os.unlink(f.path + ".bak")
+    with pytest.raises(ConfigFileError):
+        f.load()
+
+
+def test_a_save_the_disk_refuses_is_logged_and_keeps_the_old_file(tmp_path, caplog):
+    # found by the reliability suite (tests/chaos/test_disk_full.py): on a full disk a new consumer group's first
+    # pull failed with SYSTEM_ERROR, because saving subscriptionGroup.json raised ENOSPC into the request
+    f = ConsumerOffsetFile(str(tmp_path / "consumerOffset.json"))
+    assert f.save({"offsetTable": {"t@g": {0: 1}}})
+    blocker = tmp_path / "consumerOffset.json.tmp"
+    blocker.mkdir()  # the temporary file cannot be created (EISDIR), as a full disk's ENOSPC would refuse it
+    try:
+        assert f.save({"offsetTable": {"t@g": {0: 2}}}) is False
+    finally:
+        blocker.rmdir()
+    assert f.load_table() == {"t@g": {0: 1}}
+    assert "consumerOffset.json not saved" in caplog.text
+
+
+@pytest.mark.parametrize("text", ["{[[1]]:1}", "{[0,{r:1}]:2}", "{{a:[1]}:1}", "{{1:1,a:2}:3}"])
+def test_unhashable_keys_are_a_parse_error(text):
+    # found by the reliability suite's fuzzer (tests/chaos/fuzz_targets.py, 'fastjson'): an array as an object key
+    # raised TypeError out of the config reader instead of its ValueError (so no fallback to the .bak)
+    with pytest.raises(ValueError):
+        fastjson_loads(text)
+
+
 def test_topics_and_subscription_groups_shapes(tmp_path):
     topics = TopicsFile(str(tmp_path / "topics.json"))
     table = {"TopicTest": {"topicName": "TopicTest", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
