@@ -15,6 +15,7 @@ import time
 import trio
 
 from pyrmq.client import Message, MessageQueue, Producer, PullConsumer, PullStatus
+from pyrmq.client.errors import TopicNotFoundError
 
 BATCH = 128
 
@@ -58,7 +59,14 @@ async def main(namesrv: str, topic: str, count: int, progress_path: str) -> None
             outer.start_soon(report)
             await producer.send(Message(topic, body, tags="soak"))
             stats["sent"] += 1
-            queues = await consumer.fetch_queues(topic)
+            # the broker registers an auto-created topic with the name server a moment after the first send
+            with trio.fail_after(30):
+                while True:
+                    try:
+                        queues = await consumer.fetch_queues(topic)
+                        break
+                    except TopicNotFoundError:
+                        await trio.sleep(0.1)
             async with trio.open_nursery() as nursery:
                 for mq in queues:
                     nursery.start_soon(consume, consumer, mq)

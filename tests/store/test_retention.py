@@ -5,8 +5,16 @@ from pyrmq.store import GetMessageStatus, MessageStore, PutMessageStatus
 
 from .conftest import read_all, record, small_config
 
-HOUR = time.strftime("%H")
-OTHER_HOUR = "%02d" % ((int(HOUR) + 12) % 24)
+
+
+def _now_hours() -> str:
+    """deleteWhen covering now and the next hour, taken when the test runs (a run may cross an hour boundary)."""
+    hour = time.localtime().tm_hour
+    return "%02d;%02d" % (hour, (hour + 1) % 24)
+
+
+def _other_hour() -> str:
+    return "%02d" % ((time.localtime().tm_hour + 12) % 24)
 
 
 def _store(tmp_path, usage, **kw):
@@ -31,7 +39,7 @@ def _age(s, paths, hours):
 
 def test_expired_segments_go_at_delete_time_then_their_queue_files(tmp_path):
     usage = [0.10]
-    s = _store(tmp_path, usage, delete_when=HOUR, file_reserved_time=72)
+    s = _store(tmp_path, usage, delete_when=_now_hours(), file_reserved_time=72)
     try:
         files = [mf.path for mf in s.commit_log.queue.files]
         assert len(files) == 4
@@ -53,7 +61,7 @@ def test_expired_segments_go_at_delete_time_then_their_queue_files(tmp_path):
 
 def test_nothing_is_deleted_outside_delete_time_while_the_disk_is_fine(tmp_path):
     usage = [0.10]
-    s = _store(tmp_path, usage, delete_when=OTHER_HOUR)
+    s = _store(tmp_path, usage, delete_when=_other_hour())
     try:
         _age(s, [mf.path for mf in s.commit_log.queue.files], 100)
         report = s.retention.run_once()
@@ -67,7 +75,7 @@ def test_nothing_is_deleted_outside_delete_time_while_the_disk_is_fine(tmp_path)
 
 def test_disk_ratio_forces_deletion_of_unexpired_segments_until_under_the_limit(tmp_path):
     usage = [0.10]
-    s = _store(tmp_path, usage, delete_when=OTHER_HOUR)
+    s = _store(tmp_path, usage, delete_when=_other_hour())
     try:
         # unexpired, 80 %: nothing may go (only expired files are cleaned below 85 %)
         usage[0] = 0.80
@@ -86,7 +94,7 @@ def test_disk_ratio_forces_deletion_of_unexpired_segments_until_under_the_limit(
 
 def test_full_disk_refuses_writes_with_a_clear_status_and_keeps_data(tmp_path):
     usage = [0.10]
-    s = _store(tmp_path, usage, delete_when=OTHER_HOUR)
+    s = _store(tmp_path, usage, delete_when=_other_hour())
     try:
         before = s.max_phy_offset
         usage[0] = 0.95
