@@ -27,7 +27,7 @@ ends at the current value instead of the newest snapshot, so a figure is never u
 
 from __future__ import annotations
 
-import bisect
+from bisect import bisect_left
 import collections
 import time
 from typing import Any, Iterator
@@ -101,6 +101,26 @@ class TopicPut(Counter):
         self.dlq_group = topic[5:] if topic.startswith("%DLQ%") else None
 
 
+class Totals(Counter):
+    """A broker-wide total (BROKER_PUT_NUMS / BROKER_GET_NUMS): the sum of a table of counters, added up when read
+    so the hot paths do not count twice."""
+
+    __slots__ = ("table",)
+
+    def __init__(self, table: dict[Any, Any]) -> None:
+        self.table = table
+        super().__init__()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("nums", "size", "times"):
+            return sum(getattr(c, name) for c in list(object.__getattribute__(self, "table").values()))
+        return object.__getattribute__(self, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in ("nums", "size", "times"):  # the sums are read-only
+            object.__setattr__(self, name, value)
+
+
 class BrokerStats:
     """All counters of one broker. Hot-path API: :meth:`put` (send), :meth:`get` (pull), :meth:`send_back`.
 
@@ -113,13 +133,13 @@ class BrokerStats:
         self.topics: dict[str, TopicPut] = {}
         self.groups: dict[tuple[str, str], Counter] = {}
         self.send_backs: dict[tuple[str, str], Counter] = {}
-        self.broker_put = Counter()
-        self.broker_get = Counter()
+        self.broker_put = Totals(self.topics)
+        self.broker_get = Totals(self.groups)
         self._tick = 0
 
     # -- hot path ------------------------------------------------------------------------------------------------
 
-    def put(self, topic: str, nums: int, size: int) -> None:
+    def put(self, topic: str, nums: int, size: int, _bisect: Any = bisect_left, _bounds: Any = MESSAGE_SIZE_BUCKETS) -> None:
         """``nums`` messages of ``size`` bytes in all were stored in ``topic`` by one send."""
         c = self.topics.get(topic)
         if c is None:
@@ -127,11 +147,7 @@ class BrokerStats:
         c.nums += nums
         c.size += size
         c.times += 1
-        c.buckets[bisect.bisect_left(MESSAGE_SIZE_BUCKETS, size // nums if nums > 1 else size)] += nums
-        b = self.broker_put
-        b.nums += nums
-        b.size += size
-        b.times += 1
+        c.buckets[_bisect(_bounds, size if nums == 1 else size // nums)] += nums
 
     def get(self, topic: str, group: str, nums: int, size: int) -> None:
         """A pull of ``group`` returned ``nums`` messages of ``size`` bytes in all from ``topic``."""
@@ -142,10 +158,6 @@ class BrokerStats:
         c.nums += nums
         c.size += size
         c.times += 1
-        b = self.broker_get
-        b.nums += nums
-        b.size += size
-        b.times += 1
 
     def send_back(self, topic: str, group: str) -> None:
         """``group`` sent a message of ``topic`` back for retry (CONSUMER_SEND_MSG_BACK)."""
@@ -187,7 +199,7 @@ class BrokerStats:
         return sum(c.window(0, 1)["tps"] for (t, g), c in self.groups.items() if g == group and topic in (None, t))
 
     def counters(self) -> Iterator[Counter]:
-        yield self.broker_put
+        yield self.broker_put  # its snapshots hold the sums at the time
         yield self.broker_get
         yield from self.topics.values()
         yield from self.groups.values()
