@@ -56,7 +56,6 @@ async def dev_metrics(start_role):
     return kernel
 
 
-@pytest.mark.hook("pyrmq_serve")
 async def test_metrics_counters_agree_with_what_was_sent_and_consumed(dev_metrics, name):
     kernel = dev_metrics
     namesrv, broker = kernel.listening["namesrv"], kernel.listening["broker"]
