@@ -172,7 +172,8 @@ class SendBackProcessor:
         if result.status is PutMessageStatus.PUT_OK:
             if self.stats is not None and result.append is not None:
                 self.stats.send_back(properties[PROPERTY_RETRY_TOPIC], header.group)
-                self.stats.put(record.topic, 1, result.append.wrote_bytes)
+                # the retry topic, or the dead-letter topic the interceptor chose (not the delay levels' system topic)
+                self.stats.put(record.topic if record.topic.startswith("%DLQ%") else topic, 1, result.append.wrote_bytes)
             return ResponseCode.SUCCESS, None
         return ResponseCode.SYSTEM_ERROR, result.status.name
 

@@ -7,6 +7,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from pyrmq.client import api
 from pyrmq.client import Admin, BrokerError, Message, MessageQueue, Producer, PullConsumer, PullStatus
 from pyrmq.plugins.builtin.metrics import ENDPOINTS
 from pyrmq.remoting.codes import RequestCode, ResponseCode
@@ -76,6 +77,9 @@ async def test_metrics_counters_agree_with_what_was_sent_and_consumed(dev_metric
             assert pulled.status is PullStatus.FOUND and len(pulled.messages) == 3
             await consumer.commit_offset(q0, 2)
             await consumer.commit_offset(MessageQueue(topic, "broker-a", 1), 0)
+            # one straight to the dead-letter queue, one back for a retry
+            await api.send_back(consumer.instance, broker, pulled.messages[0], group, delay_level=-1)
+            await api.send_back(consumer.instance, broker, pulled.messages[1], group)
         stored_sizes = [m.store_size for m in pulled.messages]
         await producer.instance.send_heartbeat()  # the broker knows producers from their heartbeats
 
@@ -97,6 +101,8 @@ async def test_metrics_counters_agree_with_what_was_sent_and_consumed(dev_metric
         # lag: queue 0 committed at 2 of 3, queue 1 at 0 of 2
         assert value(table, "rocketmq_consumer_lag_messages", topic=topic, consumer_group=group) == 3
         assert value(table, "rocketmq_consumer_lag_latency", topic=topic, consumer_group=group) >= 0
+        assert value(table, "rocketmq_send_to_dlq_messages_total", consumer_group=group) == 1
+        assert value(table, "rocketmq_messages_in_total", topic=f"%RETRY%{group}") == 1
         assert value(table, "rocketmq_producer_connections", language="PYTHON") >= 1
         assert value(table, "rocketmq_storage_size") > 0
         assert value(table, "rocketmq_storage_flush_behind_bytes") >= 0
@@ -110,6 +116,8 @@ async def test_metrics_counters_agree_with_what_was_sent_and_consumed(dev_metric
             got = await admin.broker_stats(broker, "GROUP_GET_NUMS", f"{topic}@{group}")
             assert got["statsMinute"]["sum"] == 3 and got["statsMinute"]["tps"] > 0
             assert await admin.broker_stats(broker, "TOPIC_PUT_NUMS", "NoSuchTopic") is None
+            back = await admin.broker_stats(broker, "SNDBCK_PUT_NUMS", f"{topic}@{group}")
+            assert back["statsMinute"]["sum"] == 2
             producers = (await admin._broker(broker, RequestCode.GET_ALL_PRODUCER_INFO)).body_bytes()
             assert b'"PYTHON"' in producers and producer_group.encode() in producers
 
