@@ -164,7 +164,7 @@ async def main(sends: int, block: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sends", type=int, default=30_000, help="sends per mode (default 30000)")
+    parser.add_argument("--sends", type=int, default=60_000, help="sends per mode (default 60000)")
     parser.add_argument("--block", type=int, default=100, help="sends per block (default 100)")
     args = parser.parse_args()
     trio.run(main, args.sends, args.block)
