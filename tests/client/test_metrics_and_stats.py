@@ -151,3 +151,21 @@ async def test_update_broker_config_changes_runtime_settings_and_refuses_the_res
         request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {}, b"")
         empty = await admin.instance.invoke_broker(broker, request, ok=(0, 1))
         assert empty.code == ResponseCode.SYSTEM_ERROR and "no properties" in empty.remark
+
+
+async def test_roles_naming_one_port_share_one_endpoint(start_role, free_port):
+    port = free_port()
+    settings = {f"{role}.{key}": value for role in ("broker", "namesrv")
+                for key, value in (("metricsExporterType", "PROM"), ("metricsPromExporterPort", port))}
+    kernel = await start_role("dev", settings)
+    endpoints = kernel.state.get(ENDPOINTS)
+    assert endpoints["broker"] is endpoints["namesrv"] and endpoints["broker"].port == port
+    async with Admin(kernel.listening["namesrv"]) as admin:
+        with trio.fail_after(10):
+            while not (await admin.cluster_info()).brokers:
+                await trio.sleep(0.02)
+    status, text = await http_get(port, "/metrics")
+    table = samples(text)
+    assert status == "HTTP/1.1 200 OK"
+    assert value(table, "rocketmq_namesrv_brokers", cluster="DefaultCluster") == 1
+    assert value(table, "rocketmq_topic_number", node_id="broker-a") > 0
