@@ -280,6 +280,107 @@ class Admin(ClientService):
                 out[MessageQueue.from_json(key)] = int(value)
         return dict(sorted(out.items()))
 
+    async def list_groups(self) -> list[dict[str, Any]]:
+        """Every subscription group of every master: its config and the brokers holding it
+        (GET_ALL_SUBSCRIPTIONGROUP_CONFIG, 201)."""
+        self._check_started()
+        groups: dict[str, dict[str, Any]] = {}
+        for name, addr in await self._masters():
+            resp = await self._broker(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+            table = (fastjson.loads(resp.body_bytes()) or {}).get("subscriptionGroupTable") or {}
+            for group, config in table.items():
+                entry = groups.setdefault(str(group), {"group": str(group), "brokers": [], **dict(config)})
+                entry["brokers"].append(name)
+        return [groups[g] for g in sorted(groups)]
+
+    async def _per_master(self, code: int, ext: dict[str, Any], missing: Iterable[int]) -> list[tuple[str, Any]]:
+        """``(broker name, decoded body)`` of one request on every master; brokers answering a code in ``missing``
+        are left out."""
+        self._check_started()
+        out = []
+        for name, addr in await self._masters():
+            resp = await self._broker(addr, code, ext, ok=(ResponseCode.SUCCESS, *missing))
+            if resp.code == ResponseCode.SUCCESS:
+                out.append((name, fastjson.loads(resp.body_bytes()) if resp.body else {}))
+        return out
+
+    async def group_connections(self, group: str) -> dict[str, Any]:
+        """The live consumers of ``group`` (GET_CONSUMER_CONNECTION_LIST, 203, on every master): ``connections``
+        (clientId, clientAddr, language, version, broker), ``subscriptions``, consumeType, messageModel,
+        consumeFromWhere. ClientError when no broker knows the group online."""
+        answers = await self._per_master(
+            RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group}, (ResponseCode.CONSUMER_NOT_ONLINE,)
+        )
+        if not answers:
+            raise ClientError(f"the consumer group {group} is not online on any broker")
+        out: dict[str, Any] = {"group": group, "connections": [], "subscriptions": {}}
+        for name, body in answers:
+            out["connections"] += [{**c, "broker": name} for c in body.get("connectionSet") or []]
+            out["subscriptions"].update(body.get("subscriptionTable") or {})
+            for key in ("consumeType", "messageModel", "consumeFromWhere"):
+                out[key] = body.get(key)
+        return out
+
+    async def producer_connections(self, group: str) -> list[dict[str, Any]]:
+        """The live producers of ``group`` (GET_PRODUCER_CONNECTION_LIST, 204, on every master)."""
+        answers = await self._per_master(
+            RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": group}, (ResponseCode.SYSTEM_ERROR,)
+        )
+        connections = [{**c, "broker": name} for name, body in answers for c in body.get("connectionSet") or []]
+        if not connections:
+            raise ClientError(f"the producer group {group} is not online on any broker")
+        return connections
+
+    async def _brokers(self, broker_addr: str | None) -> list[tuple[str, int, str]]:
+        """``(name, id, address)`` of one broker or of every registered broker."""
+        info = await self.cluster_info()
+        rows = [(name, int(i), addr) for name, b in info.brokers.items() for i, addr in b.broker_addrs.items()]
+        if broker_addr:
+            rows = [r for r in rows if r[2] == broker_addr] or [(info.name_of(broker_addr), -1, broker_addr)]
+        return sorted(rows)
+
+    async def broker_status(self, broker_addr: str | None = None) -> list[dict[str, Any]]:
+        """The runtime table of one broker or of every broker (GET_BROKER_RUNTIME_INFO, 28; mqadmin brokerStatus),
+        with ``brokerName``, ``brokerId`` and ``brokerAddr`` added."""
+        self._check_started()
+        out = []
+        for name, broker_id, addr in await self._brokers(broker_addr):
+            resp = await self._broker(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
+            table = (fastjson.loads(resp.body_bytes()) or {}).get("table") or {}
+            out.append({"brokerName": name, "brokerId": broker_id, "brokerAddr": addr, **table})
+        return out
+
+    async def broker_config(self, broker_addr: str) -> dict[str, str]:
+        """A broker's settings (GET_BROKER_CONFIG, 26; mqadmin getBrokerConfig)."""
+        from pyrmq.kernel.bundles import parse_java_properties
+
+        self._check_started()
+        resp = await self._broker(broker_addr, RequestCode.GET_BROKER_CONFIG)
+        return parse_java_properties(resp.body_bytes().decode("utf-8").splitlines())
+
+    async def update_broker_config(
+        self, values: dict[str, Any], *, broker_addr: str | None = None, cluster: str | None = None
+    ) -> list[str]:
+        """Change settings of running brokers (UPDATE_BROKER_CONFIG, 25; mqadmin updateBrokerConfig): one broker,
+        or every master of ``cluster`` / of every cluster. Returns the brokers changed."""
+        self._check_started()
+        body = "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n" for k, v in values.items()).encode()
+        changed = []
+        for name, addr in await self._masters(cluster, broker_addr):
+            await self._broker(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+            changed.append(name)
+        return changed
+
+    async def broker_stats(self, broker_addr: str, stats_name: str, stats_key: str) -> dict[str, Any] | None:
+        """RocketMQ's BrokerStatsData (VIEW_BROKER_STATS_DATA, 315): ``statsMinute`` / ``statsHour`` / ``statsDay``
+        ``{sum, tps, avgpt}``; None when the broker counted nothing under that name and key."""
+        self._check_started()
+        resp = await self._broker(
+            broker_addr, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": stats_name, "statsKey": stats_key},
+            ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+        )
+        return fastjson.loads(resp.body_bytes()) if resp.code == ResponseCode.SUCCESS else None
+
     # -- messages --------------------------------------------------------------------------------------------
 
     async def pending_transactions(self, topic: str | None = None) -> list[Any]:

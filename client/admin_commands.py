@@ -28,6 +28,11 @@ def _admin(command: str, args: argparse.Namespace, body: Callable[[Any], Any]) -
     return run(f"admin {command}", main)
 
 
+def _json(value: Any) -> None:
+    """``--json``: one JSON document on stdout (scripts parse it; tables are for people)."""
+    print(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
 def cmd_topic_create(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
@@ -35,6 +40,9 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
             args.topic, args.queues, read_queue_nums=args.read_queues, write_queue_nums=args.write_queues,
             perm=args.perm, order=args.order, cluster=args.cluster, broker_addr=args.broker,
         )
+        if args.json:
+            _json({"topic": args.topic, "brokers": brokers})
+            return EXIT_OK
         print(f"topic {args.topic} created/updated on {', '.join(brokers)}")
         return EXIT_OK
 
@@ -59,6 +67,9 @@ def cmd_topic_list(args: argparse.Namespace) -> int:
             rows.append([topic, ",".join(brokers), sum(q.write_queue_nums for q in route.queue_datas),
                          sum(q.read_queue_nums for q in route.queue_datas),
                          "system" if is_system_topic(topic, list(info.clusters) + list(info.brokers)) else "user"])
+        if args.json:
+            _json([dict(zip(("topic", "brokers", "writeQueueNums", "readQueueNums", "kind"), r)) for r in rows])
+            return EXIT_OK
         print(format_table(["TOPIC", "BROKERS", "WRITE QUEUES", "READ QUEUES", "KIND"], rows))
         return EXIT_OK
 
@@ -69,6 +80,9 @@ def cmd_topic_delete(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
         brokers = await admin.delete_topic(args.topic, cluster=args.cluster)
+        if args.json:
+            _json({"topic": args.topic, "brokers": brokers})
+            return EXIT_OK
         print(f"topic {args.topic} deleted from {', '.join(brokers) or 'no broker'} and the name servers")
         return EXIT_OK
 
@@ -96,7 +110,12 @@ def cmd_topic_route(args: argparse.Namespace) -> int:
 def cmd_topic_status(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
-        rows = [[mq.broker_name, mq.queue_id, low, high, ms_text(last)] for mq, low, high, last in await admin.topic_stats(args.topic)]
+        stats = await admin.topic_stats(args.topic)
+        if args.json:
+            _json([{"brokerName": mq.broker_name, "queueId": mq.queue_id, "minOffset": low, "maxOffset": high,
+                    "lastUpdateTimestamp": last} for mq, low, high, last in stats])
+            return EXIT_OK
+        rows = [[mq.broker_name, mq.queue_id, low, high, ms_text(last)] for mq, low, high, last in stats]
         print(format_table(["BROKER", "QUEUE", "MIN OFFSET", "MAX OFFSET", "LAST UPDATED"], rows))
         return EXIT_OK
 
@@ -110,8 +129,14 @@ def _perm(perm: int) -> str:
 def cmd_cluster_list(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
+        brokers = await admin.list_clusters()
+        if args.json:
+            import attrs
+
+            _json([attrs.asdict(b) for b in brokers])
+            return EXIT_OK
         rows = [[b.cluster, b.broker_name, b.broker_id, b.addr, b.version or "-",
-                 b.max_offset if b.max_offset >= 0 else "-", b.error or "ok"] for b in await admin.list_clusters()]
+                 b.max_offset if b.max_offset >= 0 else "-", b.error or "ok"] for b in brokers]
         print(format_table(["CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "COMMITLOG MAX OFFSET", "STATUS"], rows))
         return EXIT_OK
 
@@ -122,6 +147,10 @@ def cmd_group_progress(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
         progress = await admin.group_progress(args.group, args.topic)
+        if args.json:
+            _json([{"topic": p.topic, "brokerName": p.broker_name, "queueId": p.queue_id, "brokerOffset": p.broker_offset,
+                    "consumerOffset": p.consumer_offset, "lag": p.lag, "lastTimestamp": p.last_timestamp} for p in progress])
+            return EXIT_OK
         rows = [[p.topic, p.broker_name, p.queue_id, p.broker_offset, p.consumer_offset, p.lag, ms_text(p.last_timestamp)]
                 for p in progress]
         print(format_table(["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST CONSUMED"], rows))
@@ -129,6 +158,120 @@ def cmd_group_progress(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _admin("group progress", args, body)
+
+
+def cmd_group_list(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        groups = [g for g in await admin.list_groups() if args.all or not _system_group(g["group"])]
+        if args.json:
+            _json(groups)
+            return EXIT_OK
+        rows = [[g["group"], ",".join(sorted(g["brokers"])), "yes" if g.get("consumeEnable", True) else "no",
+                 "yes" if g.get("consumeBroadcastEnable", True) else "no", g.get("retryQueueNums", "-"),
+                 g.get("retryMaxTimes", "-")] for g in groups]
+        print(format_table(["GROUP", "BROKERS", "CONSUME", "BROADCAST", "RETRY QUEUES", "RETRY MAX"], rows))
+        return EXIT_OK
+
+    return _admin("group list", args, body)
+
+
+def _system_group(group: str) -> bool:
+    # RocketMQ's own groups (MixAll: TOOLS_CONSUMER, FILTERSRV_CONSUMER, CID_RMQ_SYS_*, CID_ONSAPI_*, SELF_TEST_*)
+    return group in ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CLIENT_INNER_PRODUCER",
+                     "SELF_TEST_P_GROUP", "SELF_TEST_C_GROUP") or group.startswith(("CID_RMQ_SYS_", "CID_ONS"))
+
+
+def cmd_group_connections(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        info = await admin.group_connections(args.group)
+        if args.json:
+            _json(info)
+            return EXIT_OK
+        rows = [[c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version"), c.get("broker")]
+                for c in info["connections"]]
+        print(format_table(["CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION", "BROKER"], rows))
+        print()
+        subs = [[t, sub.get("subString"), sub.get("expressionType")] for t, sub in sorted(info["subscriptions"].items())]
+        print(format_table(["TOPIC", "EXPRESSION", "TYPE"], subs))
+        print(f"\nconsume type {info.get('consumeType')}, message model {info.get('messageModel')}, "
+              f"from {info.get('consumeFromWhere')}")
+        return EXIT_OK
+
+    return _admin("group connections", args, body)
+
+
+def cmd_producer_connections(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        connections = await admin.producer_connections(args.group)
+        if args.json:
+            _json(connections)
+            return EXIT_OK
+        rows = [[c.get("clientId"), c.get("clientAddr"), c.get("language"), c.get("version"), c.get("broker")]
+                for c in connections]
+        print(format_table(["CLIENT ID", "ADDRESS", "LANGUAGE", "VERSION", "BROKER"], rows))
+        return EXIT_OK
+
+    return _admin("producer connections", args, body)
+
+
+def cmd_broker_status(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        brokers = await admin.broker_status(args.broker)
+        if args.json:
+            _json(brokers)
+            return EXIT_OK
+        for b in brokers:
+            print(f"{b['brokerName']} (id {b['brokerId']}) at {b['brokerAddr']}")
+            width = max(len(k) for k in b)
+            for key in sorted(b):
+                if key not in ("brokerName", "brokerId", "brokerAddr"):
+                    print(f"  {key.ljust(width)}  {b[key]}")
+            print()
+        return EXIT_OK
+
+    return _admin("broker status", args, body)
+
+
+def cmd_broker_config_get(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        config = await admin.broker_config(args.broker)
+        if args.key:
+            missing = [k for k in args.key if k not in config]
+            if missing:
+                return error("admin broker config get", f"no such setting: {', '.join(missing)}")
+            config = {k: config[k] for k in args.key}
+        if args.json:
+            _json(config)
+            return EXIT_OK
+        print(format_table(["KEY", "VALUE"], [[k, v] for k, v in sorted(config.items())]))
+        return EXIT_OK
+
+    return _admin("broker config get", args, body)
+
+
+def cmd_broker_config_set(args: argparse.Namespace) -> int:
+    values = {}
+    for item in args.setting:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"pyrmq admin broker config set: error: {item!r} is not KEY=VALUE", file=sys.stderr)
+            return EXIT_USAGE
+        values[key.strip()] = value.strip()
+
+    async def body(admin: Any) -> int:
+        brokers = await admin.update_broker_config(values, broker_addr=args.broker, cluster=args.cluster)
+        if args.json:
+            _json({"brokers": brokers, "updated": values})
+            return EXIT_OK
+        print(f"updated {', '.join(f'{k}={v}' for k, v in values.items())} on {', '.join(brokers)}")
+        return EXIT_OK
+
+    return _admin("broker config set", args, body)
 
 
 def _print_messages(messages: Sequence[Any], with_body: bool) -> None:
@@ -180,10 +323,14 @@ def cmd_offset_reset(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
         table = await admin.reset_offset(args.group, args.topic, args.timestamp, force=True)
+        if args.json:
+            _json([{"topic": mq.topic, "brokerName": mq.broker_name, "queueId": mq.queue_id, "offset": off}
+                   for mq, off in table.items()])
+            return EXIT_OK
         rows = [[mq.topic, mq.broker_name, mq.queue_id, off] for mq, off in table.items()]
         print(format_table(["TOPIC", "BROKER", "QUEUE", "NEW OFFSET"], rows))
         print(f"\ngroup {args.group} reset to {ms_text(args.timestamp) if args.timestamp > 0 else args.timestamp} "
-              "(running consumers of the group should be restarted)")
+              "(the broker tells the group's running consumers)")
         return EXIT_OK
 
     return _admin("offset reset", args, body)
@@ -208,6 +355,11 @@ def cmd_dlq_list(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         letters = await dlq.list_dlq(_namesrv_text(args.namesrv), args.group, args.limit, credentials=credentials(args))
+        if args.json:
+            _json([{"msgId": d.msg_id, "uniqKey": d.uniq_key, "originalTopic": d.original_topic, "queueId": d.queue_id,
+                    "queueOffset": d.queue_offset, "reconsumeTimes": d.reconsume_times,
+                    "storeTimestamp": d.store_timestamp, "body": d.body.decode("utf-8", "replace")} for d in letters])
+            return EXIT_OK
         rows = [[d.msg_id, d.uniq_key or "-", d.original_topic or "-", d.queue_id, d.queue_offset, d.reconsume_times,
                  ms_text(d.store_timestamp), d.body[:40].decode("utf-8", "replace")] for d in letters]
         print(format_table(["MSG ID", "UNIQ KEY", "ORIGINAL TOPIC", "QUEUE", "OFFSET", "RECONSUMED", "STORED", "BODY"], rows))
@@ -224,11 +376,13 @@ def cmd_dlq_resend(args: argparse.Namespace) -> int:
     dlq = _dlq()
 
     async def main() -> int:
-        sent = await dlq.resend_dlq(
-            _namesrv_text(args.namesrv), args.group, None if args.all else list(args.msg_id),
+        sent = await dlq.resend_dlq(_namesrv_text(args.namesrv), args.group, None if args.all else list(args.msg_id),
             credentials=credentials(args),
         )
-        print(f"re-sent {sent} message(s) of %DLQ%{args.group} to their original topics")
+        if args.json:
+            _json({"group": args.group, "resent": sent})
+        else:
+            print(f"re-sent {sent} message(s) of %DLQ%{args.group} to their original topics")
         return EXIT_OK if sent or args.all else EXIT_FAILED
 
     return _run_dlq("admin dlq resend", main, dlq)
@@ -263,7 +417,11 @@ def cmd_transaction_pending(args: argparse.Namespace) -> int:
 
 
 def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
-    admin = sub.add_parser("admin", help="administration: topics, clusters, groups, messages, offsets, DLQ")
+    admin = sub.add_parser("admin", help="administration: topics, clusters, brokers, groups, producers, messages, "
+                                         "offsets, DLQ")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parent = argparse.ArgumentParser(add_help=False, parents=[parent, as_json])
     areas = admin.add_subparsers(dest="admin_area", metavar="AREA")
     admin.set_defaults(func=lambda args: admin.print_help() or EXIT_USAGE)
 
@@ -290,7 +448,6 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_topic_delete)
     p = t.add_parser("route", parents=[parent], help="the route of a topic")
     p.add_argument("--topic", "-t", required=True)
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_topic_route)
     p = t.add_parser("status", parents=[parent], help="min/max offsets of each queue")
     p.add_argument("--topic", "-t", required=True)
@@ -309,6 +466,40 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--group", "-g", required=True)
     p.add_argument("--topic", "-t")
     p.set_defaults(func=cmd_group_progress)
+    p = g.add_parser("list", parents=[parent], help="subscription groups of every master")
+    p.add_argument("--all", action="store_true", help="include RocketMQ's own groups")
+    p.set_defaults(func=cmd_group_list)
+    p = g.add_parser("connections", parents=[parent], help="the live consumers of a group and their subscriptions")
+    p.add_argument("--group", "-g", required=True)
+    p.set_defaults(func=cmd_group_connections)
+
+    producer = areas.add_parser("producer", help="producer groups")
+    pr = producer.add_subparsers(dest="admin_action", metavar="ACTION")
+    producer.set_defaults(func=lambda args: producer.print_help() or EXIT_USAGE)
+    p = pr.add_parser("connections", parents=[parent], help="the live producers of a group")
+    p.add_argument("--group", "-g", required=True)
+    p.set_defaults(func=cmd_producer_connections)
+
+    broker = areas.add_parser("broker", help="brokers: runtime status and settings")
+    b = broker.add_subparsers(dest="admin_action", metavar="ACTION")
+    broker.set_defaults(func=lambda args: broker.print_help() or EXIT_USAGE)
+    p = b.add_parser("status", parents=[parent], help="runtime figures of one broker or every broker")
+    p.add_argument("--broker", "-b", metavar="ADDR", help="one broker (default: every registered broker)")
+    p.set_defaults(func=cmd_broker_status)
+    config = b.add_parser("config", help="read or change a broker's settings")
+    bc = config.add_subparsers(dest="admin_config_action", metavar="ACTION")
+    config.set_defaults(func=lambda args: config.print_help() or EXIT_USAGE)
+    p = bc.add_parser("get", parents=[parent], help="a broker's settings (GET_BROKER_CONFIG)")
+    p.add_argument("--broker", "-b", metavar="ADDR", required=True)
+    p.add_argument("--key", "-k", action="append", help="only this setting; repeatable")
+    p.set_defaults(func=cmd_broker_config_get)
+    p = bc.add_parser("set", parents=[parent], help="change settings of running brokers (UPDATE_BROKER_CONFIG; "
+                                                      "only those that act at runtime)")
+    p.add_argument("setting", nargs="+", metavar="KEY=VALUE")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--broker", "-b", metavar="ADDR", help="one broker")
+    where.add_argument("--cluster", "-c", help="every master of this cluster")
+    p.set_defaults(func=cmd_broker_config_set)
 
     message = areas.add_parser("message", help="find messages")
     m = message.add_subparsers(dest="admin_action", metavar="ACTION")
@@ -319,7 +510,6 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", "-t")
     p.add_argument("--max", type=int, default=32, help="at most this many messages by key (default 32)")
     p.add_argument("--body", action="store_true", help="show the bodies")
-    p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_message_query)
 
     offset = areas.add_parser("offset", help="consumer offsets")

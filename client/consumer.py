@@ -207,6 +207,27 @@ class ConsumerCore(ClientService):
             "unitMode": False,
         }
 
+    def running_info(self) -> dict[str, Any]:
+        """The part of Java's ConsumerRunningInfo every consumer has: properties, subscriptions (no queues)."""
+        from pyrmq.remoting.codes import MQVersion
+
+        properties = {
+            "PROP_CONSUME_TYPE": self.consume_type,
+            "PROP_CLIENT_VERSION": MQVersion.V4_9_8.name,
+            "PROP_NAMESERVER_ADDR": ";".join(self.instance.config.namesrv_addr),
+            "PROP_CONSUMER_START_TIMESTAMP": "0",
+            "consumerGroup": self.group,
+            "messageModel": self.message_model.value,
+            "consumeFromWhere": self.consume_from.value,
+        }
+        return {
+            "properties": properties,
+            "subscriptionSet": [s.to_json() for s in self.subscriptions.values()],
+            "mqTable": {},
+            "statusTable": {},
+            "jstack": None,
+        }
+
     def subscribed_topics(self) -> list[str]:
         return list(self.subscriptions)
 

@@ -52,6 +52,8 @@ class ClientInstance:
             request_handlers={
                 RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_notify_consumer_ids_changed,
                 RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+                RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+                RequestCode.CONSUME_MESSAGE_DIRECTLY: self._on_consume_directly,
             },
             connect_timeout=self.config.connect_timeout,
             name=f"pyrmq-client {self.client_id}",
@@ -316,6 +318,50 @@ class ClientInstance:
         if consumer is not None:
             consumer.rebalance_soon()
         return None
+
+    async def _on_running_info(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO (307), passed on by a broker for mqadmin consumerStatus: Java's
+        ConsumerRunningInfo of the named group's consumer in this instance."""
+        group = request.ext_fields.get("consumerGroup", "")
+        consumer = self.consumers.get(group)
+        if consumer is None:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
+            )
+        body = fastjson.dumps(consumer.running_info(), style=fastjson.FASTJSON)
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
+    async def _on_consume_directly(self, connection: Any, request: RemotingCommand) -> None:
+        """CONSUME_MESSAGE_DIRECTLY (309), passed on by a broker with the stored message as the body: the group's
+        listener runs on it and the answer is Java's ConsumeMessageDirectlyResult. Answered from a task, so a
+        listener that talks to the broker does not hold up this connection's reader."""
+        connection.start_soon(self._consume_directly, connection, request)
+        return None
+
+    async def _consume_directly(self, connection: Any, request: RemotingCommand) -> None:
+        from pyrmq.client.message import decode_messages
+
+        group = request.ext_fields.get("consumerGroup", "")
+        consumer = self.consumers.get(group)
+        try:
+            msgs = decode_messages(request.body_bytes(), request.ext_fields.get("brokerName", ""))
+        except ValueError as exc:
+            msgs, problem = [], f"bad message body: {exc}"
+        else:
+            problem = "" if msgs else "no message in the body"
+        if consumer is None or not hasattr(consumer, "consume_directly"):
+            response = request.make_response(
+                ResponseCode.SYSTEM_ERROR, f"The Consumer Group <{group}> not exist in this consumer"
+            )
+        elif problem:
+            response = request.make_response(ResponseCode.SYSTEM_ERROR, problem)
+        else:
+            result = await consumer.consume_directly(msgs[0])
+            response = request.make_response(ResponseCode.SUCCESS, body=json.dumps(result).encode())
+        try:
+            await connection.send_response(response)
+        except RemotingError as exc:
+            log.debug("%s: consume-directly answer lost: %s", self.client_id, exc)
 
     async def _on_reset_offset(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
         group = request.ext_fields.get("group", "")

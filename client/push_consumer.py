@@ -51,6 +51,7 @@ from pyrmq.client.plugins import resolve_strategy
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.producer import Producer
 from pyrmq.client.rebalance import LOCK_RETRY_DELAY, Rebalancer
+from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.vocabulary import PullSysFlag
 
@@ -362,6 +363,67 @@ class PushConsumer(ConsumerCore):
             self.offset_store.update(mq, offset, increase_only=False)
         await self.offset_store.persist(list(offsets))
         self.rebalance_soon()
+
+    # -- asked by the broker for an admin tool -----------------------------------------------------------------
+
+    def running_info(self) -> dict[str, Any]:
+        """Java's ConsumerRunningInfo of this consumer (GET_CONSUMER_RUNNING_INFO, mqadmin consumerStatus)."""
+        info = super().running_info()
+        now_wall, now = time.time(), time.monotonic()
+
+        def wall_ms(mono: float) -> int:
+            return int((now_wall - (now - mono)) * 1000) if mono else 0
+
+        mq_table = {}
+        for mq, pq in list(self.process_queues.items()):
+            msgs = list(pq.msgs)
+            mq_table[fastjson.ObjectKey(mq.to_json())] = {
+                "commitOffset": self.offset_store.read_memory(mq),
+                "cachedMsgMinOffset": msgs[0] if msgs else 0,
+                "cachedMsgMaxOffset": msgs[-1] if msgs else 0,
+                "cachedMsgCount": pq.count,
+                "cachedMsgSizeInMiB": pq.size // (1024 * 1024),
+                "transactionMsgMinOffset": 0, "transactionMsgMaxOffset": 0, "transactionMsgCount": 0,
+                "locked": pq.locked,
+                "tryUnlockTimes": 0,
+                "lastLockTimestamp": wall_ms(pq.last_lock_time),
+                "droped": pq.dropped,
+                "lastPullTimestamp": wall_ms(pq.last_pull_time),
+                # pyrmq keeps no per-queue consume time; a queue whose pulls stopped (its cache full) is the
+                # blocked one mqadmin looks for, so the last pull time stands in
+                "lastConsumeTimestamp": wall_ms(pq.last_pull_time),
+            }
+        info["mqTable"] = mq_table
+        info["properties"].update({
+            "PROP_CONSUMEORDERLY": str(self.orderly).lower(),
+            "PROP_THREADPOOL_CORE_SIZE": str(self.consume_thread_max),
+            "PROP_CONSUMER_START_TIMESTAMP": str(wall_ms(self._started_at)),
+            "consumeThreadMax": str(self.consume_thread_max),
+            "pullBatchSize": str(self.pull_batch_size),
+            "maxReconsumeTimes": str(self.max_reconsume_times),
+        })
+        return info
+
+    async def consume_directly(self, msg: MessageExt) -> dict[str, Any]:
+        """Run the listener on ``msg`` now, outside the queues (CONSUME_MESSAGE_DIRECTLY, mqadmin queryMsgById -d):
+        Java's ConsumeMessageDirectlyResult."""
+        began = time.monotonic()
+        result: dict[str, Any] = {"order": self.orderly, "autoCommit": True, "remark": None}
+        if self.service is None or self.listener is None:
+            result.update(consumeResult="CR_THROW_EXCEPTION", remark="the consumer has no listener to call")
+        else:
+            try:
+                if self.service.is_async:
+                    answer = await self.listener(msg)
+                else:
+                    answer = await trio.to_thread.run_sync(self.listener, msg)
+            except Exception as exc:  # noqa: BLE001 - reported to the admin tool as Java does
+                result.update(consumeResult="CR_THROW_EXCEPTION", remark=repr(exc))
+            else:
+                ok = answer is None or answer is True or answer is ConsumeResult.SUCCESS
+                result["consumeResult"] = "CR_SUCCESS" if ok else "CR_LATER"
+        result["spentTimeMills"] = int((time.monotonic() - began) * 1000)
+        return result
 
     # -- stats -----------------------------------------------------------------------------------------------
 

@@ -115,6 +115,10 @@ class NamesrvSettings:
     brokerChannelExpiredTime: int = _setting(120_000, _at_least(1))
     orderMessageEnable: bool = _setting(False)
     kvConfigPath: str = _setting("~/namesrv/kvConfig.json")
+    #: Prometheus /metrics (RocketMQ 5.x names; plugins/builtin/metrics.py): "PROM" switches it on
+    metricsExporterType: str = _setting("DISABLE", _one_of("DISABLE", "PROM"))
+    metricsPromExporterHost: str = _setting("")
+    metricsPromExporterPort: int = _setting(5557, _port)
 
 
 @attrs.frozen
@@ -201,6 +205,10 @@ class BrokerSettings:
     haTransferBatchSize: int = _setting(32 * 1024, _at_least(1))
     haSlaveFallbehindMax: int = _setting(256 * 1024 * 1024, _at_least(0))
     slaveTimeout: int = _setting(3000, _at_least(1))
+    #: Prometheus /metrics (RocketMQ 5.x names; plugins/builtin/metrics.py): "PROM" switches it on
+    metricsExporterType: str = _setting("DISABLE", _one_of("DISABLE", "PROM"))
+    metricsPromExporterHost: str = _setting("")
+    metricsPromExporterPort: int = _setting(5557, _port)
 
     @property
     def store_root(self) -> Path:

@@ -4,8 +4,9 @@ UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
 GET_ALL_CONSUMER_OFFSET (43), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_BROKER_RUNTIME_INFO (28),
 GET_CONSUMER_CONNECTION_LIST (203), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO (300),
-GET_BROKER_CONFIG (26), GET_PRODUCER_CONNECTION_LIST (204), and GET_CONSUMER_RUNNING_INFO (307) /
-CONSUME_MESSAGE_DIRECTLY (309), which are passed on to the consumer they name.
+GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25, the keys in RUNTIME_BROKER_CONFIG), GET_PRODUCER_CONNECTION_LIST
+(204), GET_ALL_PRODUCER_INFO (328), VIEW_BROKER_STATS_DATA (315, plugins/broker/stats.py), and
+GET_CONSUMER_RUNNING_INFO (307) / CONSUME_MESSAGE_DIRECTLY (309), which are passed on to the consumer they name.
 """
 
 from __future__ import annotations
@@ -15,7 +16,10 @@ import logging
 import time
 from typing import Any
 
-from pyrmq.kernel.bundles import format_java_properties
+import trio
+
+from pyrmq.kernel.bundles import _evolve_settings, format_java_properties, parse_java_properties
+from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
@@ -59,6 +63,20 @@ class CallConsumerHeader:
     client_id: str
 
 
+@header
+class ViewBrokerStatsDataHeader:
+    stats_name: str
+    stats_key: str
+
+
+#: UPDATE_BROKER_CONFIG: the settings that take effect on a running pyrmq broker (RocketMQ 4.9.8 takes any key and
+#: most only act after a restart; pyrmq refuses the others with a remark, see docs/decisions.md)
+RUNTIME_BROKER_CONFIG = frozenset({
+    "brokerPermission", "autoCreateSubscriptionGroup", "notifyConsumerIdsChangedEnable",
+    "defaultQueryMaxNum", "enablePropertyFilter", "rejectTransactionMessage",
+})
+
+
 CALL_CONSUMER_TIMEOUT = 10.0  # seconds, RocketMQ's Broker2Client.callClient
 
 
@@ -78,6 +96,7 @@ class AdminProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         self.started_ms = int(time.time() * 1000)
+        self.config_version = 0  # GET_BROKER_CONFIG's DataVersion counter: one per UPDATE_BROKER_CONFIG
 
     async def create_topic(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
@@ -174,7 +193,7 @@ class AdminProcessor:
                     "consumerOffset": consumer_offset,
                     "lastTimestamp": last,
                 }
-        body = {"consumeTps": 0.0, "offsetTable": table}
+        body = {"consumeTps": ctx.stats.group_tps(h.consumer_group, h.topic), "offsetTable": table}
         return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(body, style=fastjson.FASTJSON))
 
     async def runtime_info(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
@@ -223,12 +242,65 @@ class AdminProcessor:
         return request.make_response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
     async def broker_config(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
-        """GET_BROKER_CONFIG: the settings as Java properties text; they never change while the broker runs, so the
-        data version stays at counter 0 from the start (mqadmin getBrokerConfig)."""
-        version = json.dumps({"counter": 0, "timestamp": self.started_ms}, separators=(",", ":"))
+        """GET_BROKER_CONFIG: the settings as Java properties text; the data version counts the
+        UPDATE_BROKER_CONFIG requests applied (mqadmin getBrokerConfig)."""
+        version = json.dumps({"counter": self.config_version, "timestamp": self.started_ms}, separators=(",", ":"))
         return request.make_response(
             ResponseCode.SUCCESS, ext_fields={"version": version}, body=format_java_properties(self.ctx.settings, listenPort=self.ctx.store_host[1]).encode()
         )
+
+    async def update_broker_config(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG: Java properties text in the body; only RUNTIME_BROKER_CONFIG keys, validated as in a
+        bundle file. Applied to every holder of the settings at once (not written back to any file)."""
+        try:
+            values = parse_java_properties(request.body_bytes().decode("utf-8").splitlines())
+        except (UnicodeDecodeError, ValueError) as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad properties body: {exc}")
+        if not values:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, "string2Properties error: no properties in the body")
+        refused = sorted(set(values) - RUNTIME_BROKER_CONFIG)
+        if refused:
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"{', '.join(refused)} cannot be changed while the broker runs; these can: {', '.join(sorted(RUNTIME_BROKER_CONFIG))}",
+            )
+        old = self.ctx.settings
+        try:
+            new = _evolve_settings(old, values, "UPDATE_BROKER_CONFIG", "broker")
+        except ConfigError as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        holders = [self.ctx, *vars(self.ctx).values(), *(v for _, v in self.ctx.kernel.state.items())]
+        for holder in holders:
+            if getattr(holder, "settings", None) is old:
+                holder.settings = new
+        self.config_version += 1
+        log.info("broker config updated at runtime: %s", values)
+        if new.brokerPermission != old.brokerPermission and self.ctx.started:
+            # name servers learn the new permission at once, as RocketMQ: a new topic data version, registered now
+            self.ctx.topics.data_version.next()
+            await self.ctx.registration.register_all()
+        return request.make_response(ResponseCode.SUCCESS)
+
+    async def view_stats(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA: BrokerStatsData of one RocketMQ stats name and key (mqadmin statsAll, brokerStatus)."""
+        h = ViewBrokerStatsDataHeader.from_ext_fields(request.ext_fields)
+        data = self.ctx.stats.view(h.stats_name, h.stats_key)
+        if data is None:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The stats <{h.stats_name}> <{h.stats_key}> not exist")
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps(data).encode())
+
+    async def all_producer_info(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_PRODUCER_INFO: every producer group and its live clients (ProducerTableInfo)."""
+        now_ms, now = time.time() * 1000, trio.current_time()
+        data = {
+            group: [
+                {"clientId": c.client_id, "remoteIP": "%s:%d" % tuple(conn.remote_address), "language": c.language,
+                 "version": c.version, "lastUpdateTimestamp": int(now_ms - (now - c.last_update) * 1000)}
+                for conn, c in channels.items()
+            ]
+            for group, channels in self.ctx.producers.groups.items()
+        }
+        return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"data": data}).encode())
 
     async def producer_connections(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         """GET_PRODUCER_CONNECTION_LIST: the live producers of a group (mqadmin producerConnection)."""
@@ -342,6 +414,9 @@ def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
         RequestCode.GET_CONSUME_STATS: p.consume_stats,
         RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: p.topic_consumed_by,
         RequestCode.GET_BROKER_CONFIG: p.broker_config,
+        RequestCode.UPDATE_BROKER_CONFIG: p.update_broker_config,
+        RequestCode.VIEW_BROKER_STATS_DATA: p.view_stats,
+        RequestCode.GET_ALL_PRODUCER_INFO: p.all_producer_info,
         RequestCode.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
         RequestCode.GET_CONSUMER_RUNNING_INFO: p.call_consumer,
         RequestCode.CONSUME_MESSAGE_DIRECTLY: p.call_consumer,

@@ -30,6 +30,7 @@ from pyrmq.plugins.broker.consumer_filter import ConsumerFilterManager
 from pyrmq.plugins.broker.groups import SubscriptionGroupManager
 from pyrmq.plugins.broker.offsets import ConsumerOffsetManager
 from pyrmq.plugins.broker.registration import NameServerRegistration
+from pyrmq.plugins.broker.stats import BrokerStats
 from pyrmq.plugins.broker.topics import TopicConfig, TopicConfigManager
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codes import RequestCode
@@ -138,6 +139,8 @@ class BrokerContext:
         self.producers = ProducerManager()
         self.put_stats = RateCounter()  # messages stored by SEND_MESSAGE* (mqadmin clusterList's InTPS)
         self.get_stats = RateCounter()  # messages handed out by PULL_MESSAGE (OutTPS)
+        #: per topic / group traffic (VIEW_BROKER_STATS_DATA, consumeTps, /metrics): plugins/broker/stats.py
+        self.stats = BrokerStats(settings.brokerClusterName)
         # the store flushes as flushDiskType says (ASYNC_FLUSH interval flush or SYNC_FLUSH group commit)
         self.store = MessageStore(store_config(settings))
         #: the put interceptors (filled at collection, after every plugin's configure): send and send-back run it
@@ -262,6 +265,7 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     await nursery.start(store.run)
     await nursery.start(ctx.client.run)
     await nursery.start(ctx.housekeeping)
+    await nursery.start(ctx.stats.run)
     nursery.start_soon(ctx.register_when_listening)
 
 

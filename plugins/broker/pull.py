@@ -230,6 +230,7 @@ class PullMessageProcessor:
         body = result.buffers if code == ResponseCode.SUCCESS else b""
         if code == ResponseCode.SUCCESS:
             ctx.get_stats.add(result.message_count)
+            ctx.stats.get(header.topic, header.consumer_group, result.message_count, result.buffer_total_size)
         return request.make_response(code, status.value, response_header.to_ext_fields(), body)
 
     def _commit(self, header: PullMessageRequestHeader, first: bool) -> None:

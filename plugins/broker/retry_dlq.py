@@ -105,8 +105,11 @@ class DeadLetterInterceptor:
 class SendBackProcessor:
     """CONSUMER_SEND_MSG_BACK over the broker's store, topic and group managers and its put interceptors."""
 
-    def __init__(self, *, store: Any, topics: Any, groups: Any, settings: Any, put_chain: PutChain) -> None:
+    def __init__(
+        self, *, store: Any, topics: Any, groups: Any, settings: Any, put_chain: PutChain, stats: Any = None
+    ) -> None:
         self.store = store
+        self.stats = stats  # plugins/broker/stats.py: SNDBCK_PUT_NUMS and the dead-letter topic's puts
         self.topics = topics
         self.groups = groups
         self.settings = settings
@@ -167,6 +170,10 @@ class SendBackProcessor:
                 return record.code, record.remark
         result = self.store.put_message(record)
         if result.status is PutMessageStatus.PUT_OK:
+            if self.stats is not None and result.append is not None:
+                self.stats.send_back(properties[PROPERTY_RETRY_TOPIC], header.group)
+                # the retry topic, or the dead-letter topic the interceptor chose (not the delay levels' system topic)
+                self.stats.put(record.topic if record.topic.startswith("%DLQ%") else topic, 1, result.append.wrote_bytes)
             return ResponseCode.SUCCESS, None
         return ResponseCode.SYSTEM_ERROR, result.status.name
 
@@ -189,7 +196,7 @@ def pyrmq_configure(kernel: Any) -> None:
     kernel.state.put(
         SEND_BACK,
         SendBackProcessor(store=ctx.store, topics=ctx.topics, groups=ctx.groups, settings=ctx.settings,
-                          put_chain=ctx.put_chain),
+                          put_chain=ctx.put_chain, stats=ctx.stats),
     )
 
 

@@ -171,6 +171,7 @@ class SendProcessor:
             return request.make_response(exc.code, exc.remark, dict(self.ext_common))
         if result.status is PutMessageStatus.PUT_OK and result.append is not None:
             self.ctx.put_stats.add(result.append.msg_num)
+            self.ctx.stats.put(header.topic, result.append.msg_num, result.append.wrote_bytes)
         if result.status is PutMessageStatus.PUT_OK and wait and (self.sync_flush or self.sync_master):
             connection.start_soon(self._answer_when_durable, connection, request, result, queue_id)
             return None
@@ -211,6 +212,7 @@ class SendProcessor:
             result = self.ctx.store.put_message(record)
             if result.status.is_ok and result.append is not None:
                 self.ctx.put_stats.add(1)
+                self.ctx.stats.put(record.topic, 1, result.append.wrote_bytes)
                 ext.update(SendMessageResponseHeader(
                     msg_id=result.append.msg_id, queue_id=queue_id, queue_offset=result.append.queue_offset
                 ).to_ext_fields())

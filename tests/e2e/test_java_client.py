@@ -331,3 +331,83 @@ def test_oneway_requests_get_no_answer(java):
     java.call("stop", name="oneway")
     assert "not matched any request" not in stretch
     assert "decode" not in stretch.lower()
+
+
+def test_mqadmin_status_stats_and_a_running_pyrmq_consumer(java):
+    """mqadmin against a pyrmq *client* consumer: the broker passes consumerStatus (GET_CONSUMER_RUNNING_INFO),
+    queryMsgById -d (CONSUME_MESSAGE_DIRECTLY) and resetOffsetByTime (RESET_CONSUMER_CLIENT_OFFSET) on to it, and
+    answers brokerStatus, statsAll (VIEW_BROKER_STATS_DATA), printMsg, queryMsgByUniqueKey and clusterList."""
+    import threading
+
+    from pyrmq.client import BlockingPushConsumer
+
+    create_topic(java, "JPy", queues=2)
+    sent = java.call("produce", group="pPy", topic="JPy", mode="sync", count=6, tags="T", keyPrefix="py")["sent"]
+    received: list[str] = []
+    lock = threading.Lock()
+
+    def listener(msg) -> None:
+        with lock:
+            received.append(msg.keys[0])
+
+    def wait_received(n: int, timeout: float = 20) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with lock:
+                if len(received) >= n:
+                    return list(received)
+            time.sleep(0.1)
+        raise AssertionError(f"the pyrmq consumer received {received}, expected {n} messages")
+
+    consumer = BlockingPushConsumer(java.namesrv, "gPy", consume_from="first")
+    consumer.subscribe("JPy", "*")
+    consumer.register_listener(listener)
+    with consumer:
+        assert sorted(wait_received(6)) == [f"py-{i}" for i in range(6)]
+
+        connections = mqadmin(java, "consumerConnection", "-g", "gPy")
+        client_ids = [next(t for t in line.split() if "@" in t) for line in connections.splitlines() if "PYTHON" in line]
+        assert len(client_ids) == 1, connections
+        status = mqadmin(java, "consumerStatus", "-g", "gPy")
+        assert client_ids[0] in status and "Same subscription in the same group of consumer" in status, status
+        assert "Rebalance OK" in status
+        detail = mqadmin(java, "consumerStatus", "-g", "gPy", "-i", client_ids[0])
+        assert "CONSUME_PASSIVELY" in detail and "JPy" in detail, detail
+
+        # handed to the pyrmq listener directly, outside its queues
+        py3 = next(s for s in sent if s["keys"] == "py-3")
+        out = mqadmin(java, "queryMsgById", "-i", py3["offsetMsgId"], "-g", "gPy", "-d", client_ids[0])
+        assert "consumeResult=CR_SUCCESS" in out, out
+        assert wait_received(7)[-1] == "py-3"
+
+        # statsAll: 6 in, 7 handed out... through pulls only: the direct consume is no pull
+        deadline = time.monotonic() + 20
+        while True:  # the consumer commits its offsets every 5 s (persistConsumerOffsetInterval)
+            stats = mqadmin(java, "statsAll", "-t", "JPy")
+            row = next((line.split() for line in stats.splitlines() if line.startswith("JPy")), None)
+            if (row and row[2] == "0") or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert row is not None and row[1] == "gPy", stats
+        assert row[2] == "0" and row[5] == "6" and row[6] == "6", stats  # accumulation, in / out over 24 h
+        assert float(row[3]) > 0 and float(row[4]) > 0  # in / out TPS over the last minute
+
+        # reset to the start while it runs: the broker tells the pyrmq consumer, which consumes everything again
+        out = mqadmin(java, "resetOffsetByTime", "-g", "gPy", "-t", "JPy", "-s", "0")
+        assert "rollback consumer offset" in out, out
+        again = wait_received(13)[7:]
+        assert sorted(again) == [f"py-{i}" for i in range(6)]
+
+    broker_status = mqadmin(java, "brokerStatus", "-b", java.broker_addr)
+    table = dict(re.findall(r"^(\w+)\s*:\s*(.*)$", broker_status, re.M))
+    assert int(table["msgPutTotalTodayNow"]) >= 6 and int(table["msgGetTotalTodayNow"]) >= 12, broker_status
+    assert table["brokerVersionDesc"].startswith("V4_9_8")
+
+    py5 = next(s for s in sent if s["keys"] == "py-5")
+    out = mqadmin(java, "queryMsgByUniqueKey", "-i", py5["msgId"], "-t", "JPy")
+    assert py5["msgId"] in out and "py-5" in out, out
+    printed = mqadmin(java, "printMsg", "-t", "JPy")
+    assert sorted(re.findall(r"BODY: (body-py-\d)", printed)) == [f"body-py-{i}" for i in range(6)], printed
+    clusters = mqadmin(java, "clusterList")
+    row = next(line.split() for line in clusters.splitlines() if java.broker_addr in line)
+    assert row[0] == CLUSTER and row[1] == "broker-a", clusters

@@ -1,0 +1,171 @@
+"""The broker's traffic counters as operators see them: Prometheus text at /metrics (parsed with
+prometheus_client.parser), VIEW_BROKER_STATS_DATA, GET_ALL_PRODUCER_INFO, UPDATE_BROKER_CONFIG, through real sockets."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from pyrmq.client import api
+from pyrmq.client import Admin, BrokerError, Message, MessageQueue, Producer, PullConsumer, PullStatus
+from pyrmq.plugins.builtin.metrics import ENDPOINTS
+from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.command import RemotingCommand
+
+METRICS_ON = {
+    "broker.metricsExporterType": "PROM", "broker.metricsPromExporterPort": 0,
+    "namesrv.metricsExporterType": "PROM", "namesrv.metricsPromExporterPort": 0,
+}
+
+
+async def http_get(port: int, path: str) -> tuple[str, str]:
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            data = b""
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head.split(b"\r\n")[0].decode(), body.decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(table: dict, name: str, **labels: str) -> float:
+    """The one sample called ``name`` whose labels include ``labels``."""
+    found = [v for (n, ls), v in table.items() if n == name and set(labels.items()) <= ls]
+    assert len(found) == 1, f"{name} {labels}: {found} in {sorted(n for n, _ in table)}"
+    return found[0]
+
+
+@pytest.fixture
+async def dev_metrics(start_role):
+    kernel = await start_role("dev", METRICS_ON)
+    namesrv = kernel.listening["namesrv"]
+    async with Admin(namesrv) as admin:
+        with trio.fail_after(10):
+            while not (await admin.cluster_info()).brokers:
+                await trio.sleep(0.02)
+    return kernel
+
+
+async def test_metrics_counters_agree_with_what_was_sent_and_consumed(dev_metrics, name):
+    kernel = dev_metrics
+    namesrv, broker = kernel.listening["namesrv"], kernel.listening["broker"]
+    endpoints = kernel.state.get(ENDPOINTS)
+    assert set(endpoints) == {"namesrv", "broker"} and endpoints["namesrv"] is not endpoints["broker"]
+    topic, group = name("T"), name("G")
+    async with Admin(namesrv) as admin:
+        await admin.create_topic(topic, 2)
+    bodies = [b"x" * 10, b"y" * 2000, b"z" * 3500, b"w" * 100, b"v" * 3000]
+    producer_group = name("P")
+    async with Producer(namesrv, producer_group) as producer:
+        for i, body in enumerate(bodies):
+            await producer.send(Message(topic, body), queue=MessageQueue(topic, "broker-a", i % 2))
+        # queue 0 holds 3 messages, queue 1 two; the group pulls all of queue 0 and commits 2 of them
+        async with PullConsumer(namesrv, group) as consumer:
+            q0 = MessageQueue(topic, "broker-a", 0)
+            pulled = await consumer.pull(q0, "*", 0, 32)
+            assert pulled.status is PullStatus.FOUND and len(pulled.messages) == 3
+            await consumer.commit_offset(q0, 2)
+            await consumer.commit_offset(MessageQueue(topic, "broker-a", 1), 0)
+            # one straight to the dead-letter queue, one back for a retry
+            await api.send_back(consumer.instance, broker, pulled.messages[0], group, delay_level=-1)
+            await api.send_back(consumer.instance, broker, pulled.messages[1], group)
+        stored_sizes = [m.store_size for m in pulled.messages]
+        await producer.instance.send_heartbeat()  # the broker knows producers from their heartbeats
+
+        status, text = await http_get(endpoints["broker"].port, "/metrics")
+        assert status == "HTTP/1.1 200 OK"
+        table = samples(text)
+        common = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+        assert value(table, "rocketmq_messages_in_total", topic=topic, **common) == 5
+        bytes_in = value(table, "rocketmq_throughput_in_total", topic=topic)
+        assert bytes_in > sum(map(len, bodies))  # stored records: bodies plus headers and properties
+        assert value(table, "rocketmq_messages_out_total", topic=topic, consumer_group=group, is_retry="false") == 3
+        assert value(table, "rocketmq_throughput_out_total", topic=topic, consumer_group=group) == sum(stored_sizes)
+        # histogram: the 1 KiB bucket holds the 10- and 100-byte bodies' records, 4 KiB all (bodies under the client's 4 KiB compression)
+        assert value(table, "rocketmq_message_size_count", topic=topic) == 5
+        assert value(table, "rocketmq_message_size_sum", topic=topic) == bytes_in
+        assert value(table, "rocketmq_message_size_bucket", topic=topic, le="1024.0") == 2
+        assert value(table, "rocketmq_message_size_bucket", topic=topic, le="4096.0") == 5
+        assert value(table, "rocketmq_message_size_bucket", topic=topic, le="+Inf") == 5
+        # lag: queue 0 committed at 2 of 3, queue 1 at 0 of 2
+        assert value(table, "rocketmq_consumer_lag_messages", topic=topic, consumer_group=group) == 3
+        assert value(table, "rocketmq_consumer_lag_latency", topic=topic, consumer_group=group) >= 0
+        assert value(table, "rocketmq_send_to_dlq_messages_total", consumer_group=group) == 1
+        assert value(table, "rocketmq_messages_in_total", topic=f"%RETRY%{group}") == 1
+        assert value(table, "rocketmq_producer_connections", language="PYTHON") >= 1
+        assert value(table, "rocketmq_storage_size") > 0
+        assert value(table, "rocketmq_storage_flush_behind_bytes") >= 0
+
+        # the same counters through RocketMQ's admin requests (mqadmin statsAll, the dashboard)
+        async with Admin(namesrv) as admin:
+            put = await admin.broker_stats(broker, "TOPIC_PUT_NUMS", topic)
+            assert put["statsMinute"]["sum"] == 5 and put["statsDay"]["sum"] == 5 and put["statsHour"]["avgpt"] == 1.0
+            size = await admin.broker_stats(broker, "TOPIC_PUT_SIZE", topic)
+            assert size["statsMinute"]["sum"] == bytes_in
+            got = await admin.broker_stats(broker, "GROUP_GET_NUMS", f"{topic}@{group}")
+            assert got["statsMinute"]["sum"] == 3 and got["statsMinute"]["tps"] > 0
+            assert await admin.broker_stats(broker, "TOPIC_PUT_NUMS", "NoSuchTopic") is None
+            back = await admin.broker_stats(broker, "SNDBCK_PUT_NUMS", f"{topic}@{group}")
+            assert back["statsMinute"]["sum"] == 2
+            producers = (await admin._broker(broker, RequestCode.GET_ALL_PRODUCER_INFO)).body_bytes()
+            assert b'"PYTHON"' in producers and producer_group.encode() in producers
+
+    status, text = await http_get(endpoints["namesrv"].port, "/metrics")
+    assert status == "HTTP/1.1 200 OK"
+    assert value(samples(text), "rocketmq_namesrv_brokers", cluster="DefaultCluster") == 1
+    assert (await http_get(endpoints["broker"].port, "/nope"))[0] == "HTTP/1.1 404 Not Found"
+
+
+async def test_update_broker_config_changes_runtime_settings_and_refuses_the_rest(dev_metrics, name):
+    kernel = dev_metrics
+    namesrv, broker = kernel.listening["namesrv"], kernel.listening["broker"]
+    async with Admin(namesrv) as admin:
+        topic = name("T")
+        await admin.create_topic(topic, 1)
+        assert (await admin.broker_config(broker))["brokerPermission"] == "6"
+        async with Producer(namesrv, name("P")) as producer:
+            await producer.send(Message(topic, b"before"))
+            # read-only (4): re-registered at once, so the name server routes the topic read-only
+            assert await admin.update_broker_config({"brokerPermission": 4}, broker_addr=broker) == ["broker-a"]
+            assert (await admin.broker_config(broker))["brokerPermission"] == "4"
+            assert [q.perm for q in (await admin.topic_route(topic)).queue_datas] == [4]
+            await admin.update_broker_config({"brokerPermission": 6}, broker_addr=broker)
+            assert [q.perm for q in (await admin.topic_route(topic)).queue_datas] == [6]
+            await producer.send(Message(topic, b"after"))
+        with pytest.raises(BrokerError) as refused:
+            await admin.update_broker_config({"listenPort": 1}, broker_addr=broker)
+        assert refused.value.code == ResponseCode.SYSTEM_ERROR and "listenPort cannot be changed" in str(refused.value)
+        with pytest.raises(BrokerError, match="brokerPermission"):
+            await admin.update_broker_config({"brokerPermission": 99}, broker_addr=broker)
+        request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {}, b"")
+        empty = await admin.instance.invoke_broker(broker, request, ok=(0, 1))
+        assert empty.code == ResponseCode.SYSTEM_ERROR and "no properties" in empty.remark
+
+
+async def test_roles_naming_one_port_share_one_endpoint(start_role, free_port):
+    port = free_port()
+    settings = {f"{role}.{key}": value for role in ("broker", "namesrv")
+                for key, value in (("metricsExporterType", "PROM"), ("metricsPromExporterPort", port))}
+    kernel = await start_role("dev", settings)
+    endpoints = kernel.state.get(ENDPOINTS)
+    assert endpoints["broker"] is endpoints["namesrv"] and endpoints["broker"].port == port
+    async with Admin(kernel.listening["namesrv"]) as admin:
+        with trio.fail_after(10):
+            while not (await admin.cluster_info()).brokers:
+                await trio.sleep(0.02)
+    status, text = await http_get(port, "/metrics")
+    table = samples(text)
+    assert status == "HTTP/1.1 200 OK"
+    assert value(table, "rocketmq_namesrv_brokers", cluster="DefaultCluster") == 1
+    assert value(table, "rocketmq_topic_number", node_id="broker-a") > 0
