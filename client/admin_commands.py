@@ -376,7 +376,8 @@ def cmd_dlq_resend(args: argparse.Namespace) -> int:
     dlq = _dlq()
 
     async def main() -> int:
-        sent = await dlq.resend_dlq(_namesrv_text(args.namesrv), args.group, None if args.all else list(args.msg_id),
+        sent = await dlq.resend_dlq(
+            _namesrv_text(args.namesrv), args.group, None if args.all else list(args.msg_id),
             credentials=credentials(args),
         )
         if args.json:
