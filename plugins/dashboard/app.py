@@ -17,8 +17,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from pyrmq.client import dlq
 from pyrmq.client.message import MessageExt
@@ -266,7 +265,8 @@ class Dashboard:
 
     async def groups(self, request: Request) -> Response:
         rows = []
-        for group in await self.backend.groups():
+        system = request.query_params.get("system") == "1"
+        for group in await self.backend.groups(system=system):
             conns = await self.backend.consumer_connections(group)
             members = len(conns.get("connectionSet") or []) if conns else 0
             try:
@@ -274,7 +274,10 @@ class Dashboard:
             except FAILURES:
                 lag = "-"
             rows.append((f'<a href="/group?name={q(group)}">{e(group)}</a>', members, lag))
-        return self.page(request, "groups", "Consumer groups", table(["group", "members online", "lag"], rows, raw=(0,), num=(1, 2), cls="groups"))
+        toggle = ('<p><a href="/groups">hide system groups</a></p>' if system else
+                  '<p><a href="/groups?system=1">show system groups</a></p>')
+        return self.page(request, "groups", "Consumer groups",
+                         toggle + table(["group", "members online", "lag"], rows, raw=(0,), num=(1, 2), cls="groups"))
 
     async def group(self, request: Request) -> Response:
         group = request.query_params.get("name", "")
@@ -492,7 +495,12 @@ async def home(request: Request) -> Response:
 def build_app(backend: Backend, sessions: Sessions | None = None) -> Starlette:
     d = Dashboard(backend, sessions)
     g = d.guarded
-    static = str(resources.files("pyrmq.plugins.dashboard").joinpath("static"))
+    # read once from the package (in the wheel; the editable install links it, which StaticFiles refuses to follow)
+    css = resources.files("pyrmq.plugins.dashboard").joinpath("static", "dashboard.css").read_bytes()
+
+    async def stylesheet(request: Request) -> Response:
+        return Response(css, media_type="text/css", headers={"cache-control": "max-age=3600"})
+
     routes = [
         Route("/", home),
         Route("/login", d.login, methods=["GET", "POST"]),
@@ -514,6 +522,6 @@ def build_app(backend: Backend, sessions: Sessions | None = None) -> Starlette:
         Route("/dlq/resend", g(d.dlq_resend), methods=["POST"]),
         Route("/dlq/export", g(d.dlq_export)),
         Route("/connections", g(d.connections)),
-        Mount("/static", StaticFiles(directory=static), name="static"),
+        Route("/static/dashboard.css", stylesheet),
     ]
     return Starlette(routes=routes)

@@ -32,6 +32,9 @@ TOOLS_GROUP = "TOOLS_CONSUMER"
 RANGE_LIMIT = 2000
 #: one hour of samples at the default interval
 HISTORY = 720
+#: the groups a RocketMQ broker creates for itself (SubscriptionGroupManager's defaults)
+SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
+                           "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_SYS_RMQ_TRANS"})
 FAILURES = (RemotingError, BrokerError, ClientError, ValueError, KeyError)
 
 
@@ -66,7 +69,8 @@ class BrokerRow:
 
 
 class Backend:
-    """One Admin client for the dashboard's life, plus the sampler's history."""
+    """An Admin client and a producer for the dashboard's life (entered by whoever serves it), plus the sampler's
+    history."""
 
     def __init__(self, namesrv: str, *, interval: float = 5.0, timeout: float = 5.0) -> None:
         self.namesrv = namesrv
@@ -75,15 +79,6 @@ class Backend:
         self.producer = Producer(namesrv, group="PYRMQ_DASHBOARD_PRODUCER")
         self.samples: collections.deque[Sample] = collections.deque(maxlen=HISTORY)
         self._last: tuple[float, int, int] | None = None
-        self._producer_started = False
-
-    async def start(self) -> None:
-        await self.admin.start()
-
-    async def close(self) -> None:
-        if self._producer_started:
-            await self.producer.shutdown()
-        await self.admin.shutdown()
 
     async def _broker(self, addr: str, code: int, ext: dict[str, Any] | None = None, *, body: bytes = b"") -> Any:
         """A request to one broker; the decoded JSON body (None when empty). Unsupported codes raise Unsupported."""
@@ -158,19 +153,16 @@ class Backend:
         return await self.admin.topic_stats(topic)
 
     async def send_test(self, topic: str, body: str, tags: str, keys: str) -> Any:
-        if not self._producer_started:
-            await self.producer.start()
-            self._producer_started = True
         return await self.producer.send(Message(topic, body, tags=tags or None, keys=keys.split()))
 
     # -- groups ----------------------------------------------------------------------------------------------
 
-    async def groups(self) -> list[str]:
+    async def groups(self, *, system: bool = False) -> list[str]:
         out: set[str] = set()
         for _name, addr in await self.masters():
             data = await self._broker(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG) or {}
             out.update(str(g) for g in (data.get("subscriptionGroupTable") or {}))
-        return sorted(out)
+        return sorted(g for g in out if system or g not in SYSTEM_GROUPS)
 
     async def consumer_connections(self, group: str) -> dict[str, Any] | None:
         """GET_CONSUMER_CONNECTION_LIST merged over the masters; None when the group is not online."""

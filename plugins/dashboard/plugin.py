@@ -50,15 +50,11 @@ async def serve_dashboard(namesrv: str, sock: socket.socket, *, users: str | Non
     config.accesslog = None
     config.errorlog = logging.getLogger("pyrmq.dashboard.http")
     config.graceful_timeout = 1.0
-    await backend.start()
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(backend.sample_forever)
-            await nursery.start(serve, build_app(backend, sessions), config)
-            task_status.started(f"http://{host}:{port}/")
-    finally:
-        with trio.CancelScope(shield=True, deadline=trio.current_time() + 5):
-            await backend.close()
+    # the clients open their nurseries in this task, so they are entered and left here (never in a request)
+    async with backend.admin, backend.producer, trio.open_nursery() as nursery:
+        nursery.start_soon(backend.sample_forever)
+        await nursery.start(serve, build_app(backend, sessions), config)
+        task_status.started(f"http://{host}:{port}/")
 
 
 @hookimpl
@@ -67,7 +63,12 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     if not settings.get("enabled") or "namesrv" not in kernel.bundle.roles:
         return
     # bound now, so a port in use fails the start; served once the name server listens (its serve may come later)
-    sock = bind(str(settings.get("host", "127.0.0.1")), int(settings.get("port", DEFAULT_PORT)))
+    host, port = str(settings.get("host", "127.0.0.1")), int(settings.get("port", DEFAULT_PORT))
+    try:
+        sock = bind(host, port)
+    except OSError as exc:  # another dashboard (or anything) has the port: the ready line names the one we got
+        log.warning("dashboard: cannot listen on %s:%d (%s); using a free port", host, port, exc)
+        sock = bind(host, 0)
     users = settings.get("users")
 
     async def run() -> None:
