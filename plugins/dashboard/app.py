@@ -71,11 +71,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, raw: Sequenc
     return "".join(out) + "</table>"
 
 
-def chart(samples: Sequence[Sample], *, width: int = 720, height: int = 160) -> str:
-    """Put and get messages per second as two polylines (inline SVG)."""
+def chart(samples: Sequence[Sample], *, width: int = 720, height: int = 160, chart_id: str = "tps-chart",
+          get: bool = True) -> str:
+    """Put (and get) messages per second as polylines (inline SVG)."""
     if len(samples) < 2:
         return '<p class="note">The TPS chart fills in as the dashboard samples the brokers.</p>'
-    top = max(1.0, *(s.put_tps for s in samples), *(s.get_tps for s in samples))
+    top = max(1.0, *(s.put_tps for s in samples), *(s.get_tps for s in samples if get))
     t0, t1 = samples[0].at_ms, max(samples[-1].at_ms, samples[0].at_ms + 1)
     pad = 30
 
@@ -87,14 +88,14 @@ def chart(samples: Sequence[Sample], *, width: int = 720, height: int = 160) -> 
 
     last = samples[-1]
     return (
-        f'<svg class="chart" id="tps-chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
+        f'<svg class="chart" id="{chart_id}" width="{width}" height="{height}" viewBox="0 0 {width} {height}">'
         f'<text x="2" y="12">{top:.0f}/s</text><text x="2" y="{height - 15}">0</text>'
         f'<text x="{pad}" y="{height - 2}">{e(fmt_ms(t0)[11:19])}</text>'
         f'<text x="{width - 60}" y="{height - 2}">{e(fmt_ms(t1)[11:19])}</text>'
         f'<polyline fill="none" stroke="#2a7" stroke-width="2" points="{points("put_tps")}"/>'
-        f'<polyline fill="none" stroke="#27c" stroke-width="2" points="{points("get_tps")}"/>'
-        f"</svg><p>put <b style=\"color:#2a7\">{last.put_tps:.1f}</b> msg/s, "
-        f"get <b style=\"color:#27c\">{last.get_tps:.1f}</b> msg/s (last sample)</p>"
+        + (f'<polyline fill="none" stroke="#27c" stroke-width="2" points="{points("get_tps")}"/>' if get else "")
+        + f"</svg><p>put <b style=\"color:#2a7\">{last.put_tps:.1f}</b> msg/s"
+        + (f", get <b style=\"color:#27c\">{last.get_tps:.1f}</b> msg/s" if get else "") + " (last sample)</p>"
     )
 
 
@@ -241,6 +242,8 @@ class Dashboard:
                      [(mq.broker_name, mq.queue_id, lo, hi, hi - lo, fmt_ms(t)) for mq, lo, hi, t in queues],
                      num=(1, 2, 3, 4), cls="queues")
         body += f'<p id="topic-total">{total} messages stored in {len(queues)} queues</p>'
+        body += (f"<h2>Messages stored per second (sampled every {self.backend.interval:g} s since this page was "
+                 "first opened)</h2>" + chart(self.backend.watch_topic(topic), chart_id="topic-tps-chart", get=False))
         now = int(time.time() * 1000)
         body += (f'<p><a href="/messages?topic={q(topic)}&begin={now - 3600_000}&end={now + 60_000}">browse the last hour</a></p>'
                  f'<h2>Send a test message</h2><form method="post" action="/topic/send" id="send-test">'

@@ -32,6 +32,8 @@ TOOLS_GROUP = "TOOLS_CONSUMER"
 RANGE_LIMIT = 2000
 #: one hour of samples at the default interval
 HISTORY = 720
+#: topics sampled for their TPS chart (the ones whose page was opened last)
+WATCHED = 20
 #: the groups a RocketMQ broker creates for itself (SubscriptionGroupManager's defaults)
 SYSTEM_GROUPS = frozenset({"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
                            "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER", "CID_SYS_RMQ_TRANS"})
@@ -79,6 +81,9 @@ class Backend:
         self.producer = Producer(namesrv, group="PYRMQ_DASHBOARD_PRODUCER")
         self.samples: collections.deque[Sample] = collections.deque(maxlen=HISTORY)
         self._last: tuple[float, int, int] | None = None
+        #: topics whose page was opened: messages stored per second since then (at most WATCHED topics)
+        self.topic_samples: dict[str, collections.deque[Sample]] = {}
+        self._topic_last: dict[str, tuple[float, int]] = {}
 
     async def _broker(self, addr: str, code: int, ext: dict[str, Any] | None = None, *, body: bytes = b"") -> Any:
         """A request to one broker; the decoded JSON body (None when empty). Unsupported codes raise Unsupported."""
@@ -111,6 +116,27 @@ class Backend:
             seconds = max(now - then, 1e-3)
             self.samples.append(Sample(int(time.time() * 1000), max(put - put0, 0) / seconds, max(get - get0, 0) / seconds))
         self._last = (now, put, get)
+        for topic in list(self.topic_samples):
+            try:
+                stored = sum(hi for _mq, _lo, hi, _t in await self.admin.topic_stats(topic))
+            except FAILURES:
+                continue  # deleted meanwhile, or its broker is away: a gap in its chart
+            at = time.monotonic()
+            if topic in self._topic_last:
+                then, before = self._topic_last[topic]
+                tps = max(stored - before, 0) / max(at - then, 1e-3)
+                self.topic_samples[topic].append(Sample(int(time.time() * 1000), tps, 0.0))
+            self._topic_last[topic] = (at, stored)
+
+    def watch_topic(self, topic: str) -> list[Sample]:
+        """Start sampling ``topic`` (its page was opened); its samples so far."""
+        if topic not in self.topic_samples:
+            if len(self.topic_samples) >= WATCHED:
+                oldest = next(iter(self.topic_samples))
+                del self.topic_samples[oldest]
+                self._topic_last.pop(oldest, None)
+            self.topic_samples[topic] = collections.deque(maxlen=HISTORY)
+        return list(self.topic_samples[topic])
 
     # -- cluster ---------------------------------------------------------------------------------------------
 

@@ -151,6 +151,14 @@ def test_every_page_loads_and_shows_what_the_broker_holds(cluster, page):
     rows = [r.locator("td").all_inner_texts() for r in page.locator("table.queues tr").all()[1:]]
     assert [(int(r[1]), int(r[2]), int(r[3])) for r in rows] == [(mq.queue_id, lo, hi) for mq, lo, hi, _ in stats]
     assert page.locator("#topic-total").inner_text().startswith("30 messages")
+    # its TPS chart starts once the page was opened (sampled every 0.5 s here)
+    deadline = time.monotonic() + 15
+    while page.locator("#topic-tps-chart").count() == 0:
+        assert time.monotonic() < deadline, "no topic TPS chart"
+        time.sleep(0.5)
+        page.reload()
+    assert page.locator("#topic-tps-chart polyline").count() == 1
+    page.shot("topic-chart")
     # consumers online: dash_live's member, language PYTHON
     page.goto(url + "connections")
     consumers = [r.locator("td").all_inner_texts() for r in page.locator("table.consumers tr").all()[1:]]
