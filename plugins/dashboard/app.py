@@ -59,7 +59,7 @@ def local_input(ms: int) -> str:
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, raw: Sequence[int] = (), num: Sequence[int] = (),
           cls: str = "") -> str:
     """Rows as an HTML table; columns in ``raw`` are HTML already, the rest is escaped."""
-    out = [f'<table class="{e(cls)}"><tr>' + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr>"]
+    out = [f'<table class="{e(cls)}">' + ("<tr>" + "".join(f"<th>{e(h)}</th>" for h in headers) + "</tr>" if any(headers) else "")]
     for row in rows:
         cells = []
         for i, value in enumerate(row):

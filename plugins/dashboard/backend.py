@@ -22,7 +22,7 @@ from pyrmq.client.producer import Producer
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.errors import RemotingError
-from pyrmq.remoting.vocabulary import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, PullSysFlag
+from pyrmq.remoting.vocabulary import DLQ_GROUP_TOPIC_PREFIX, PullSysFlag
 
 #: not in remoting.codes yet (RocketMQ 4.9.8 RequestCode.GET_ALL_PRODUCER_INFO)
 GET_ALL_PRODUCER_INFO = 328
@@ -304,10 +304,6 @@ class Backend:
     async def dlq_groups(self) -> list[str]:
         return sorted(t[len(DLQ_GROUP_TOPIC_PREFIX):] for t in await self.admin.list_topics()
                       if t.startswith(DLQ_GROUP_TOPIC_PREFIX))
-
-
-def user_topic(topic: str) -> bool:
-    return not topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
 def _request(code: int, ext: dict[str, Any], body: bytes) -> Any:
