@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import attrs
+
 from pyrmq import __version__
 from pyrmq.kernel.bundles import Bundle, load_bundle
 from pyrmq.kernel.errors import PyrmqError
@@ -61,12 +63,17 @@ async def _announce(kernel: Any, seconds: float) -> None:
     print(f"pyrmq {kernel.bundle.name}: {where} (started in {seconds * 1000:.0f} ms; Ctrl-C stops)", flush=True)
 
 
-def _serve_bundle(bundle: Bundle, args: argparse.Namespace, *, on_ready: Any = None) -> int:
+def _serve_bundle(bundle: Bundle, args: argparse.Namespace, *, on_ready: Any = None, wait_for: Sequence[str] = ()) -> int:
     from pyrmq.kernel.service import build_kernel, run
 
     kernel = build_kernel(bundle, entry_points=False if args.no_entry_points else None)
 
     async def ready(k: Any, seconds: float) -> None:
+        import trio
+
+        with trio.fail_after(30):  # services that listen once the roles do (the dashboard), named in the ready line
+            for role in wait_for:
+                await k.wait_listening(role)
         await _announce(k, seconds)
         if on_ready is not None:
             await on_ready(k)
@@ -98,12 +105,20 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["broker.listenPort"] = args.port
     bundle = bundle.with_overrides(overrides)
+    dashboard = "pyrmq.plugins.dashboard.plugin"
+    wait_for = []
+    if dashboard in bundle.plugins and not args.no_dashboard:
+        wait_for.append("dashboard")  # the web dashboard, on by default (docs/dashboard.md)
+        settings = {**bundle.plugin_settings.get(dashboard, {}), "enabled": True}
+        if args.dashboard_port is not None:
+            settings["port"] = args.dashboard_port
+        bundle = attrs.evolve(bundle, plugin_settings={**bundle.plugin_settings, dashboard: settings})
     on_ready = None
     if getattr(args, "demo", False):
         from pyrmq.client import demo  # the client library shows messages flowing once the roles are up
 
         on_ready = demo.run_demo
-    return _serve_bundle(bundle, args, on_ready=on_ready)
+    return _serve_bundle(bundle, args, on_ready=on_ready, wait_for=wait_for)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
@@ -155,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namesrv-port", type=int, help="name server port (default 9876)")
     p.add_argument("--port", type=int, help="broker port (default 10911)")
     p.add_argument("--demo", action="store_true", help="once up, send and receive a few messages with the client library")
+    p.add_argument("--dashboard-port", type=int, metavar="PORT", help="web dashboard port (default 8082; 0 = any free port)")
+    p.add_argument("--no-dashboard", action="store_true", help="do not serve the web dashboard")
     p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", help="override a setting (repeatable)")
     p.set_defaults(func=cmd_dev)
 

@@ -73,6 +73,8 @@ def test_wheel_installs_under_one_namespace_with_a_third_party_plugin(tmp_path):
     for generic in ("kernel", "plugins", "store", "remoting", "client", "configs", "spark_plugin", "tests"):
         assert generic not in top, f"{generic} must not land at the top of site-packages"
 
+    # the dashboard's stylesheet ships in the wheel (nothing is fetched at run time)
+    assert (site / "pyrmq" / "plugins" / "dashboard" / "static" / "dashboard.css").is_file()
     clean_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYRMQ_DISABLE_PLUGIN_AUTOLOAD")}
     out = sh(str(py), "-c", "import pyrmq.kernel, pyrmq.store, pyrmq.configs; print(pyrmq.kernel.__file__)", cwd=tmp_path, env=clean_env)
     assert str(site) in out

@@ -1,0 +1,132 @@
+"""The dashboard as a plugin: ``pyrmq dashboard`` (``pyrmq_add_commands``) and, in the dev bundle, a service beside
+the name server and broker (``pyrmq_serve``; ``pyrmq dev`` turns it on, ``--no-dashboard`` off).
+
+Settings (``[plugins."pyrmq.plugins.dashboard.plugin"]``): ``enabled`` (false unless ``pyrmq dev`` sets it),
+``host`` (127.0.0.1), ``port`` (8082, rocketmq-dashboard's; 0 = any free port), ``users`` (a user file: login
+required), ``interval`` (seconds between TPS samples, 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import socket
+import sys
+from typing import Any
+
+import trio
+
+from pyrmq.kernel.hookspecs import hookimpl
+
+log = logging.getLogger("pyrmq.dashboard")
+NAME = "pyrmq.plugins.dashboard.plugin"
+DEFAULT_PORT = 8082
+
+
+def bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(128)
+    return sock
+
+
+async def serve_dashboard(namesrv: str, sock: socket.socket, *, users: str | None = None, interval: float = 5.0,
+                          task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve the pages on ``sock`` (already listening) until cancelled; ``task_status.started(url)``."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from pyrmq.plugins.dashboard.app import build_app
+    from pyrmq.plugins.dashboard.auth import Sessions, load_users
+    from pyrmq.plugins.dashboard.backend import Backend
+
+    sessions = Sessions(load_users(users)) if users else None
+    backend = Backend(namesrv, interval=interval)
+    host, port = sock.getsockname()[:2]
+    config = Config()
+    config.bind = [f"fd://{sock.detach()}"]
+    config.accesslog = None
+    config.errorlog = logging.getLogger("pyrmq.dashboard.http")
+    config.graceful_timeout = 1.0
+    # the clients open their nurseries in this task, so they are entered and left here (never in a request)
+    async with backend.admin, backend.producer, trio.open_nursery() as nursery:
+        nursery.start_soon(backend.sample_forever)
+        await nursery.start(serve, build_app(backend, sessions), config)
+        task_status.started(f"http://{host}:{port}/")
+
+
+@hookimpl
+async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
+    settings = kernel.plugin_settings(NAME)
+    if not settings.get("enabled") or "namesrv" not in kernel.bundle.roles:
+        return
+    # bound now, so a port in use fails the start; served once the name server listens (its serve may come later)
+    host, port = str(settings.get("host", "127.0.0.1")), int(settings.get("port", DEFAULT_PORT))
+    try:
+        sock = bind(host, port)
+    except OSError as exc:  # another dashboard (or anything) has the port: the ready line names the one we got
+        log.warning("dashboard: cannot listen on %s:%d (%s); using a free port", host, port, exc)
+        sock = bind(host, 0)
+    users = settings.get("users")
+
+    async def run() -> None:
+        namesrv = await kernel.wait_listening("namesrv")
+        url = await nursery.start(lambda task_status: serve_dashboard(
+            namesrv, sock, users=str(users) if users else None, interval=float(settings.get("interval", 5.0)),
+            task_status=task_status))
+        kernel.mark_listening("dashboard", url)
+
+    nursery.start_soon(run)
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    if args.action == "hash-password":
+        from pyrmq.plugins.dashboard.auth import hash_password
+
+        password = getpass.getpass("password: ") if sys.stdin.isatty() else sys.stdin.readline().rstrip("\n")
+        if not password:
+            print("pyrmq dashboard: empty password", file=sys.stderr)
+            return 2
+        print(f"{args.user}:{hash_password(password)}")
+        return 0
+    if args.users:
+        from pyrmq.plugins.dashboard.auth import UserFileError, load_users
+
+        try:
+            load_users(args.users)
+        except (OSError, UserFileError) as exc:
+            print(f"pyrmq dashboard: {exc}", file=sys.stderr)
+            return 2
+    try:
+        sock = bind(args.host, args.port)
+    except OSError as exc:
+        print(f"pyrmq dashboard: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 2
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(lambda task_status: serve_dashboard(
+                args.namesrv, sock, users=args.users, interval=args.interval, task_status=task_status))
+            print(f"pyrmq dashboard: {url} (name server {args.namesrv}; Ctrl-C stops)", flush=True)
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+@hookimpl
+def pyrmq_add_commands(subparsers: argparse._SubParsersAction, kernel_cli: Any) -> None:
+    p = subparsers.add_parser("dashboard", help="web dashboard of a cluster (pages on http://127.0.0.1:8082/)")
+    p.add_argument("action", nargs="?", choices=["serve", "hash-password"], default="serve",
+                   help="serve (default), or hash-password: print a user-file line for --users (password from stdin)")
+    p.add_argument("--namesrv", default="127.0.0.1:9876", metavar="ADDR[;ADDR]", help="name server addresses")
+    p.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT}; 0 = any free port)")
+    p.add_argument("--users", metavar="FILE", help="user file (name:hash lines): login required")
+    p.add_argument("--user", default="admin", help="hash-password: the user name of the line (default admin)")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between TPS samples (default 5)")
+    p.set_defaults(func=cmd_dashboard)
