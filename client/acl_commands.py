@@ -66,6 +66,11 @@ def _account_options(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _report(args: argparse.Namespace, document: dict[str, Any], text: str) -> None:
+    """What a changing command did: ``text`` for people, ``document`` as JSON with ``--json``."""
+    print(json.dumps(document, indent=2, sort_keys=True) if args.json else text)
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     async def body(admin: Any) -> int:
         if args.account in (a["accessKey"] for d in (await admin.acl_accounts(**_where(args))).values()
@@ -73,7 +78,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             print(f"pyrmq admin acl add: account {args.account} exists; use `pyrmq admin acl update`")
             return EXIT_USAGE
         done = await admin.update_acl_account(args.account, args.secret, **_account_options(args), **_where(args))
-        print(f"account {args.account} added on {', '.join(done)}")
+        _report(args, {"account": args.account, "added": done}, f"account {args.account} added on {', '.join(done)}")
         return EXIT_OK
 
     return _acl("add", args, body)
@@ -82,7 +87,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_update(args: argparse.Namespace) -> int:
     async def body(admin: Any) -> int:
         done = await admin.update_acl_account(args.account, args.secret, **_account_options(args), **_where(args))
-        print(f"account {args.account} updated on {', '.join(done)}")
+        _report(args, {"account": args.account, "updated": done}, f"account {args.account} updated on {', '.join(done)}")
         return EXIT_OK
 
     return _acl("update", args, body)
@@ -91,7 +96,7 @@ def cmd_update(args: argparse.Namespace) -> int:
 def cmd_delete(args: argparse.Namespace) -> int:
     async def body(admin: Any) -> int:
         done = await admin.delete_acl_account(args.account, **_where(args))
-        print(f"account {args.account} deleted on {', '.join(done)}")
+        _report(args, {"account": args.account, "deleted": done}, f"account {args.account} deleted on {', '.join(done)}")
         return EXIT_OK
 
     return _acl("delete", args, body)
@@ -100,7 +105,8 @@ def cmd_delete(args: argparse.Namespace) -> int:
 def cmd_whitelist(args: argparse.Namespace) -> int:
     async def body(admin: Any) -> int:
         done = await admin.update_acl_white_list(args.addresses, file=args.file, **_where(args))
-        print(f"global white list set to [{', '.join(args.addresses)}] on {', '.join(done)}")
+        _report(args, {"globalWhiteRemoteAddresses": args.addresses, "brokers": done},
+                f"global white list set to [{', '.join(args.addresses)}] on {', '.join(done)}")
         return EXIT_OK
 
     return _acl("whitelist", args, body)
@@ -120,7 +126,6 @@ def add_acl_parser(areas: Any, parent: argparse.ArgumentParser) -> None:
         return p
 
     p = action("list", "accounts (never their secrets) and the global white list", cmd_list)
-    p.add_argument("--json", action="store_true")
 
     for name, func, help_text in (("add", cmd_add, "create an account"), ("update", cmd_update, "change an account")):
         p = action(name, help_text, func)

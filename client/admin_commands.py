@@ -406,10 +406,16 @@ def _run_dlq(command: str, main: Callable[[], Any], dlq: Any) -> int:
 def cmd_transaction_pending(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
+        pending = await admin.pending_transactions(args.topic)
+        if args.json:
+            _json([{"broker": p.broker_name, "topic": p.topic, "queueId": p.queue_id, "keys": p.keys, "tags": p.tags,
+                    "msgId": p.msg_id, "producerGroup": p.producer_group, "checkTimes": p.check_times,
+                    "bornTimestamp": p.born_timestamp} for p in pending])
+            return EXIT_OK
         rows = [
             [p.broker_name, p.topic, p.queue_id, p.keys, p.tags, p.msg_id, p.producer_group, p.check_times,
              ms_text(p.born_timestamp)]
-            for p in await admin.pending_transactions(args.topic)
+            for p in pending
         ]
         print(format_table(["BROKER", "TOPIC", "QUEUE", "KEYS", "TAGS", "MSG ID", "PRODUCER GROUP", "CHECKS", "BORN"], rows))
         return EXIT_OK

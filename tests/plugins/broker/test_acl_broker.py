@@ -4,6 +4,8 @@ an admin request from a non-admin are each refused with a remark that says why; 
 
 from __future__ import annotations
 
+import json
+
 import logging
 import textwrap
 
@@ -213,8 +215,9 @@ async def test_console_tools_sign_with_keys_from_options_or_the_environment(acl_
 
     code, out, err = await pyrmq_cli("admin", "acl", "list", "--namesrv", namesrv, env=user_env)
     assert code != 0 and "Need admin permission for request code=52" in out + err
-    code, out, err = await pyrmq_cli("admin", "acl", "whitelist", "10.1.*.*", *admin)
+    code, out, err = await pyrmq_cli("admin", "acl", "whitelist", "10.1.*.*", "--json", *admin)
     assert code == 0, err
+    assert json.loads(out) == {"brokers": ["broker-a"], "globalWhiteRemoteAddresses": ["10.1.*.*"]}
     code, out, err = await pyrmq_cli("admin", "acl", "delete", "--account", "CliUser01", *admin)
     assert code == 0 and "deleted" in out, err
     assert "CliUser01" not in acl_file.read_text() and "10.1.*.*" in acl_file.read_text()
