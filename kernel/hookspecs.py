@@ -32,7 +32,9 @@ if TYPE_CHECKING:  # pragma: no cover - types only
     import trio
 
     from pyrmq.kernel.kernel import Kernel
-    from pyrmq.kernel.types import AllocateStrategy, MessageFilter, Processor, PutInterceptor, StoreDispatcher
+    from pyrmq.kernel.types import (
+        AllocateStrategy, MessageFilter, Processor, PutInterceptor, Replicator, StoreDispatcher,
+    )
 
 PROJECT = "pyrmq"
 
@@ -188,6 +190,26 @@ def pyrmq_make_message_filter(kernel: Kernel, expression_type: str, expression: 
     when this plugin does not handle the type; the first non-None answer wins. Raise
     :class:`pyrmq.kernel.errors.FilterExpressionError` for an expression of a handled type that does not parse
     (the broker answers SUBSCRIPTION_PARSE_FAILED with its text).
+    """
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Replication
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def pyrmq_make_replicator(kernel: Kernel, broker: Any) -> Replicator | None:
+    """Make the broker's replicator (master/slave HA) for ``broker`` (the broker core's context: its settings with
+    ``brokerRole`` / ``brokerId``, its loaded store, its name-server registration that learns ``masterAddr`` and
+    ``haServerAddr``).
+
+    Called once by the broker core in ``pyrmq_serve``, after the store is loaded and before the broker registers
+    with the name servers; the core starts ``replicator.run`` in its nursery (it calls ``task_status.started()``
+    once the HA port is bound, so the registration carries it). A SYNC_MASTER send with ``WAIT=true`` awaits
+    ``replicator.wait_replicated(end_offset)`` -> ``PutMessageStatus`` (PUT_OK, SLAVE_NOT_AVAILABLE,
+    FLUSH_SLAVE_TIMEOUT). Shipped: plugins/broker/ha/plugin.py (RocketMQ 4.x HA). Return None when this plugin
+    does not replicate; without any replicator a SYNC_MASTER answers SLAVE_NOT_AVAILABLE.
     """
 
 

@@ -144,6 +144,8 @@ class BrokerContext:
         self.put_chain = kernel.put_chain
         self.client = RemotingClient()
         self.registration = NameServerRegistration(settings, self.client, self.topics.registration_wrapper)
+        #: master/slave replication (``pyrmq_make_replicator``), made once the store is loaded; None without one
+        self.replicator: Any = None
         self.started = False
 
     # -- shared services -------------------------------------------------------------------------------------
@@ -262,6 +264,9 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     await nursery.start(store.run)
     await nursery.start(ctx.client.run)
     await nursery.start(ctx.housekeeping)
+    ctx.replicator = kernel.hooks.make_replicator(kernel, ctx)
+    if ctx.replicator is not None:
+        await nursery.start(ctx.replicator.run)
     nursery.start_soon(ctx.register_when_listening)
 
 
