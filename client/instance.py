@@ -241,12 +241,14 @@ class ClientInstance:
                     out.append(addr)
         return sorted(set(out))
 
-    async def broker_addr_for(self, mq: MessageQueue) -> str:
-        """Master address of ``mq``'s broker, refreshing the route once when it is unknown."""
-        addr = self.broker_addr(mq.broker_name)
+    async def broker_addr_for(self, mq: MessageQueue, *, master_only: bool = True) -> str:
+        """Master address of ``mq``'s broker, refreshing the route once when it is unknown. With
+        ``master_only=False`` (pulls, consumer offsets) any address of the broker name when the master is gone:
+        consumers read from a slave as the Java client's findBrokerAddressInSubscribe does."""
+        addr = self.broker_addr(mq.broker_name, master_only=master_only)
         if addr is None:
             await self.update_route(mq.topic, for_producer=mq.topic in self.publish)
-            addr = self.broker_addr(mq.broker_name)
+            addr = self.broker_addr(mq.broker_name, master_only=master_only)
         if addr is None:
             raise TopicNotFoundError(mq.topic, f"broker {mq.broker_name} is not in the route")
         return addr
