@@ -22,6 +22,7 @@ from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
+from pyrmq.store.config_files import DelayOffsetFile, config_path
 
 log = logging.getLogger("pyrmq.broker.ha")
 
@@ -143,7 +144,7 @@ class _Session:
 
 class MetadataSync:
     """SlaveSynchronize: topics and subscription groups (replaced when the master's DataVersion differs), consumer
-    offsets, from the master's broker address, every ``interval`` seconds (first after ``first`` seconds)."""
+    offsets and delay offsets, from the master's broker address, every ``interval`` seconds (first after ``first`` seconds)."""
 
     def __init__(self, ctx: Any, master_addr: Callable[[], str], *, interval: float, first: float) -> None:
         self.ctx = ctx
@@ -151,6 +152,7 @@ class MetadataSync:
         self.interval = interval
         self.first = first
         self.rounds = 0
+        self.delay_offsets: dict[int, int] | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -190,5 +192,11 @@ class MetadataSync:
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         ctx.offsets.load(offsets)
         ctx.offsets.persist()
+        # delayOffset.json written as the master's, as SlaveSynchronize.syncDelayOffset does (read at start as master)
+        delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
+        table = {int(k): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
+        if table != self.delay_offsets:
+            DelayOffsetFile(config_path(str(ctx.settings.store_root), "delayOffset.json")).save_table(table)
+            self.delay_offsets = table
 
 

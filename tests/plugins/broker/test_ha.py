@@ -14,6 +14,7 @@ from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.plugins.broker.core import BROKER
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.store.config_files import DelayOffsetFile, config_path
 from pyrmq.store.format import decode_messages, encode_properties
 from pyrmq.store.results import PutMessageStatus
 
@@ -170,6 +171,11 @@ async def test_the_slave_synchronises_topics_groups_and_offsets(start_role, remo
     assert sctx.topics.get("TSYNC").write_queue_nums == 3
     assert sctx.offsets.table["TSYNC@gsync"] == {2: 7}
     assert sctx.topics.data_version.to_json() == mctx.topics.data_version.to_json()
+    # delay offsets: a level-1 (1 s) message delivered on the master moves its offset; the slave's file follows
+    resp = await remoting_client.invoke(maddr, send_request("TSYNC", b"later", {"DELAY": "1"}))
+    assert resp.code == ResponseCode.SUCCESS
+    delay_file = DelayOffsetFile(config_path(str(sctx.settings.store_root), "delayOffset.json"))
+    await wait_for(lambda: delay_file.load_table() == {1: 1})
 
 
 class FixedReplicator:
