@@ -50,7 +50,9 @@ class Replicator(Protocol):
 
     async def wait_replicated(self, end_offset: int) -> Any: ...
 
-    def status(self) -> dict[str, Any]: ...
+    def status(self) -> dict[str, str]:
+        """Runtime-info entries (GET_BROKER_RUNTIME_INFO), e.g. ``haBehindBytes``."""
+        ...
 
 
 class PutKind(enum.Enum):

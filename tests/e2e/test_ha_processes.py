@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -129,6 +130,17 @@ async def test_master_slave_processes(spawn, tmp_path):
             return _commit_log(mstore) == _commit_log(sstore)
 
         await _until(same_log, "the slave's commit log equal to the master's")
+
+        # `pyrmq admin cluster list` shows the replication lag of both brokers of the group
+        async def caught_up_listing():
+            out = await trio.run_process([sys.executable, "-m", "pyrmq", "admin", "cluster", "list", "--namesrv", namesrv],
+                                         capture_stdout=True, capture_stderr=True)
+            text = out.stdout.decode()
+            rows = {line.split()[2]: line for line in text.splitlines() if line.startswith("DefaultCluster")}
+            ok = "1 slave(s), 0 B / 0.0 s behind" in rows.get("0", "") and "0 B behind" in rows.get("1", "")
+            return text if ok else None
+
+        assert "REPLICATION LAG" in await _until(caught_up_listing, "cluster list showing the slave caught up", 30)
 
         # same pulls from the slave's own consume queues, same key queries from its own index
         for qid in range(4):

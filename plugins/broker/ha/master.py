@@ -44,6 +44,8 @@ class SlaveConnection:
     last_read: float = 0.0
     #: when the slave's report was newest (for lag in seconds)
     acked_at: float = 0.0
+    #: when the slave last reported the master's whole commit log (lag in seconds counts from here)
+    caught_up_at: float = 0.0
 
 
 class AppendNotifier:
@@ -101,6 +103,8 @@ class HAMaster:
     def _ack(self, slave: SlaveConnection, offset: int) -> None:
         slave.ack_offset = offset
         slave.acked_at = trio.current_time()
+        if offset >= self.store.commit_log.max_offset:
+            slave.caught_up_at = slave.acked_at
         if offset > self.push_to_slave_max:
             self.push_to_slave_max = offset
             self._acked.set()
@@ -189,11 +193,14 @@ class HAMaster:
     # -- reporting -------------------------------------------------------------------------------------------
 
     def lag(self) -> list[dict[str, Any]]:
-        """Per slave: address, acknowledged offset, bytes behind the master, seconds since its last report."""
+        """Per slave: address, acknowledged offset, bytes behind the master, and seconds behind (since it last had
+        everything; 0 when it has everything now)."""
         top = self.store.commit_log.max_offset
         now = trio.current_time()
-        return [
-            {"slave": s.peer, "ackOffset": s.ack_offset, "behindBytes": max(0, top - s.ack_offset),
-             "lastReportSeconds": round(now - s.acked_at, 3) if s.acked_at else None}
-            for s in sorted(self.slaves, key=lambda s: s.peer)
-        ]
+        out = []
+        for s in sorted(self.slaves, key=lambda s: s.peer):
+            behind = max(0, top - s.ack_offset)
+            since = s.caught_up_at or s.acked_at or now
+            out.append({"slave": s.peer, "ackOffset": s.ack_offset, "behindBytes": behind,
+                        "behindSeconds": 0.0 if behind == 0 else round(now - since, 3)})
+        return out

@@ -48,8 +48,16 @@ class MasterReplicator:
     async def wait_replicated(self, end_offset: int) -> PutMessageStatus:
         return await self.ha.wait_replicated(end_offset)
 
-    def status(self) -> dict[str, Any]:
-        return {"role": self.ctx.settings.brokerRole, "haPort": self.ha.port, "slaves": self.ha.lag()}
+    def status(self) -> dict[str, str]:
+        """For GET_BROKER_RUNTIME_INFO (``pyrmq admin cluster list``): the slaves and the worst lag."""
+        lag = self.ha.lag()
+        return {
+            "haListenPort": str(self.ha.port),
+            "haSlaveCount": str(len(lag)),
+            "haSlaves": ";".join(f"{x['slave']}@{x['ackOffset']}" for x in lag),
+            "haBehindBytes": str(max((x["behindBytes"] for x in lag), default=0)),
+            "haBehindSeconds": f"{max((x['behindSeconds'] for x in lag), default=0.0):.3f}",
+        }
 
 
 class SlaveReplicator:
@@ -73,10 +81,11 @@ class SlaveReplicator:
     async def wait_replicated(self, end_offset: int) -> PutMessageStatus:
         return PutMessageStatus.SERVICE_NOT_AVAILABLE  # a slave stores no client messages
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> dict[str, str]:
         own = self.ctx.store.commit_log.max_offset
-        return {"role": "SLAVE", "master": self.ha.connected_to, "maxOffset": own,
-                "behindBytes": max(0, self.ha.master_offset - own), "syncRounds": self.sync.rounds}
+        return {"haMasterAddress": self.ha.connected_to or "-",
+                "haBehindBytes": str(max(0, self.ha.master_offset - own)),
+                "haMetadataSyncRounds": str(self.sync.rounds)}
 
 
 @hookimpl(trylast=True)
