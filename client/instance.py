@@ -59,6 +59,8 @@ class ClientInstance:
         self.publish: dict[str, PublishInfo] = {}
         #: broker name -> {broker id: address}, the union of every route seen
         self.brokers: dict[str, dict[int, str]] = {}
+        #: per queue, the broker id the last pull suggested (suggestWhichBrokerId; absent = the master)
+        self.pull_from: dict[Any, int] = {}
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerCore] = {}
         self._namesrv_index = 0
@@ -232,6 +234,15 @@ class ClientInstance:
         if MASTER_ID in addrs or master_only:
             return addrs.get(MASTER_ID)
         return next(iter(addrs.values()), None)
+
+    def pull_addr(self, mq: MessageQueue) -> str | None:
+        """Where to pull ``mq`` from (Java's recalculatePullFromWhichNode + findBrokerAddressInSubscribe): the broker
+        id the last pull suggested, else the master, else any address of the broker name."""
+        addrs = self.brokers.get(mq.broker_name)
+        if not addrs:
+            return None
+        addr = addrs.get(self.pull_from.get(mq, MASTER_ID))
+        return addr or addrs.get(MASTER_ID) or next(iter(addrs.values()), None)
 
     def all_broker_addrs(self, *, masters_only: bool = False) -> list[str]:
         out = []

@@ -69,6 +69,7 @@ def store_config(settings: Any) -> StoreConfig:
             check_crc_on_recover=settings.checkCRCOnRecover,
             max_transfer_count_on_message_in_memory=settings.maxTransferCountOnMessageInMemory,
             max_transfer_bytes_on_message_in_memory=settings.maxTransferBytesOnMessageInMemory,
+            access_message_in_memory_max_ratio=settings.accessMessageInMemoryMaxRatio,
         )
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"store settings rejected: {exc}", file="[broker]") from None

@@ -56,8 +56,8 @@ def fast_sync_bundle(tmp_path: Path, name: str) -> str:
     return str(path)
 
 
-async def master_and_slave(start_role, tmp_path, role="SYNC_MASTER", **slave_overrides):
-    master = await start_role("dev", {"broker.brokerRole": role, "broker.haSendHeartbeatInterval": 200})
+async def master_and_slave(start_role, tmp_path, role="SYNC_MASTER", master_overrides=None, **slave_overrides):
+    master = await start_role("dev", {"broker.brokerRole": role, "broker.haSendHeartbeatInterval": 200, **(master_overrides or {})})
     namesrv = master.listening["namesrv"]
     overrides = {
         "broker.brokerRole": "SLAVE", "broker.brokerId": 1, "broker.namesrvAddr": namesrv,
@@ -214,3 +214,37 @@ async def test_a_replicator_plugin_answers_sync_master_sends(start_role, remotin
     resp = await remoting_client.invoke(maddr, send_request("TRP", b"abc"))
     assert resp.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
     assert plugin.replicator.waited == [master.state.get(BROKER).store.commit_log.max_offset]
+
+
+async def test_a_lagging_consumer_is_sent_to_the_slave_when_slave_read_is_enabled(start_role, remoting_client, tmp_path):
+    from pyrmq.client import PushConsumer
+    from pyrmq.client.config import ClientConfig
+
+    # accessMessageInMemoryMaxRatio = 0: any pull not at the very end counts as "consuming slowly"
+    settings = {"broker.slaveReadEnable": True, "broker.accessMessageInMemoryMaxRatio": 0}
+    master, slave = await master_and_slave(start_role, tmp_path, role="ASYNC_MASTER", master_overrides=settings, **settings)
+    master_settings_off = await start_role("dev", {"broker.accessMessageInMemoryMaxRatio": 0})
+    mctx, sctx = master.state.get(BROKER), slave.state.get(BROKER)
+    maddr = master.listening["broker"]
+    assert (await remoting_client.invoke(maddr, create_topic("TREAD", 1))).code == ResponseCode.SUCCESS
+    for i in range(100):
+        assert (await remoting_client.invoke(maddr, send_request("TREAD", b"r%d" % i))).code == ResponseCode.SUCCESS
+    await wait_for(lambda: sctx.store.commit_log.max_offset == mctx.store.commit_log.max_offset)
+    # the master's pull answer names broker id 1 (the group's whichBrokerWhenConsumeSlowly)
+    resp = await remoting_client.invoke(maddr, pull_request("TREAD", 0, 0))
+    assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["suggestWhichBrokerId"] == "1"
+    # without slaveReadEnable the master is always suggested
+    other = master_settings_off.listening["broker"]
+    await remoting_client.invoke(other, create_topic("TREAD", 1))
+    await remoting_client.invoke(other, send_request("TREAD", b"x"))
+    await remoting_client.invoke(other, send_request("TREAD", b"y"))
+    resp = await remoting_client.invoke(other, pull_request("TREAD", 0, 0, max_nums=1))
+    assert resp.code == ResponseCode.SUCCESS and resp.ext_fields["suggestWhichBrokerId"] == "0"
+    # the pyrmq consumer follows the suggestion: the slave serves pulls, every message arrives
+    await wait_for(lambda: sctx.topics.get("TREAD") is not None)
+    seen: set[bytes] = set()
+    config = ClientConfig(namesrv_addr=master.listening["namesrv"], poll_name_server_interval=1.0)
+    async with PushConsumer(config=config, group="g-read", subscribe={"TREAD": "*"}, listener=lambda m: seen.add(m.body),
+                            consume_from="CONSUME_FROM_FIRST_OFFSET", pull_batch_size=8):
+        await wait_for(lambda: len(seen) == 100, timeout=30)
+    assert sctx.get_stats.total > 0
