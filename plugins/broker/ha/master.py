@@ -42,9 +42,11 @@ class SlaveConnection:
     #: next byte to send
     next_offset: int = -1
     last_read: float = 0.0
+    connected_at: float = 0.0
     #: when the slave's report was newest (for lag in seconds)
     acked_at: float = 0.0
-    #: when the slave last reported the master's whole commit log (lag in seconds counts from here)
+    #: when the slave last reported the master's whole commit log (lag in seconds counts from here, or from the
+    #: connection while it never had everything)
     caught_up_at: float = 0.0
 
 
@@ -122,7 +124,8 @@ class HAMaster:
 
     async def _serve_slave(self, stream: trio.SocketStream) -> None:
         host, port = stream.socket.getpeername()[:2]
-        slave = SlaveConnection(f"{host}:{port}", last_read=trio.current_time())
+        now = trio.current_time()
+        slave = SlaveConnection(f"{host}:{port}", last_read=now, connected_at=now)
         self.slaves.add(slave)
         log.info("slave %s connected", slave.peer)
         try:
@@ -200,7 +203,7 @@ class HAMaster:
         out = []
         for s in sorted(self.slaves, key=lambda s: s.peer):
             behind = max(0, top - s.ack_offset)
-            since = s.caught_up_at or s.acked_at or now
+            since = s.caught_up_at or s.connected_at
             out.append({"slave": s.peer, "ackOffset": s.ack_offset, "behindBytes": behind,
                         "behindSeconds": 0.0 if behind == 0 else round(now - since, 3)})
         return out
