@@ -41,7 +41,13 @@ class MasterReplicator:
         # RocketMQ: haListenPort = listenPort + 1; a broker on an ephemeral port (tests) takes any free HA port
         port = s.listenPort + 1 if s.listenPort else 0
         async with trio.open_nursery() as nursery:
-            real = await nursery.start(self.ha.run, port)
+            try:
+                real = await nursery.start(self.ha.run, port)
+            except OSError as exc:
+                # RocketMQ refuses to start; pyrmq takes another port and registers it (slaves find it through the
+                # name server's haServerAddr; a slave configured with haMasterAddress would not)
+                log.warning("HA port %d not available (%s): listening on a free port instead", port, exc)
+                real = await nursery.start(self.ha.run, 0)
             self.ctx.registration.ha_addr = f"{s.brokerIP2 or s.brokerIP1}:{real}"
             task_status.started()
 

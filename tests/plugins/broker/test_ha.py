@@ -248,3 +248,24 @@ async def test_a_lagging_consumer_is_sent_to_the_slave_when_slave_read_is_enable
                             consume_from="CONSUME_FROM_FIRST_OFFSET", pull_batch_size=8):
         await wait_for(lambda: len(seen) == 100, timeout=30)
     assert sctx.get_stats.total > 0
+
+
+async def test_a_master_whose_ha_port_is_taken_listens_elsewhere_and_registers_it(start_role, free_port):
+    import socket
+
+    for _ in range(50):
+        port = free_port()
+        blocker = socket.socket()
+        try:
+            blocker.bind(("127.0.0.1", port + 1))
+            break
+        except OSError:
+            blocker.close()
+    else:
+        raise AssertionError("no free port pair on 127.0.0.1")
+    with blocker:
+        blocker.listen()
+        master = await start_role("dev", {"broker.listenPort": port, "broker.fastListenEnable": False})
+        mctx = master.state.get(BROKER)
+        assert mctx.replicator.ha.port not in (0, port + 1)
+        assert mctx.registration.ha_server_addr == f"127.0.0.1:{mctx.replicator.ha.port}"
