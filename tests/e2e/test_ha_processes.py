@@ -4,6 +4,7 @@ topic and offset sync, a SIGKILLed slave catching up, a SIGKILLed master with co
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -43,6 +44,10 @@ def _ports() -> int:
             continue
         return port
     raise AssertionError("no port with free neighbours on 127.0.0.1")
+
+
+async def _true(value: bool) -> bool:
+    return value
 
 
 def _broker_args(bundle: str, namesrv: str, port: int, store: Path, *sets: str) -> list[str]:
@@ -204,5 +209,22 @@ async def test_master_slave_processes(spawn, tmp_path):
 
         await _until(every, f"every message consumed after the master died ({len(seen)} of {len(expected)})",
                      90 + MESSAGES / 1000)
-    duplicates = sum(n - 1 for n in seen.values())
-    print(f"consumed {len(seen)} distinct messages after the master's SIGKILL, {duplicates} duplicates")
+        duplicates = sum(n - 1 for n in seen.values())
+        print(f"consumed {len(seen)} distinct messages after the master's SIGKILL, {duplicates} duplicates")
+
+        # the master restarted on its store: the consumers move back to it (it serves their pulls again)
+        master = spawn(*master_args, name="master-again")
+        async with RemotingClient() as rc:
+            async def master_pulls():
+                info = await rc.invoke(maddr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
+                return int(json.loads(info.body_bytes())["table"]["msgGetTotalTodayNow"]) > 0
+
+            after: dict[str, str] = {}
+            async with Producer(config=config, group="ha_producer") as producer:
+                async def sent_after():
+                    await _send_all(producer, "d", 64, Counter(), after)
+                    return True
+
+                await _until(sent_after, "sending to the restarted master")
+            await _until(lambda: _true(set(after.values()) <= set(seen)), "the messages sent after the restart")
+            await _until(master_pulls, "the restarted master serving the consumers' pulls")
