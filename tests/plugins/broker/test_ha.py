@@ -269,3 +269,35 @@ async def test_a_master_whose_ha_port_is_taken_listens_elsewhere_and_registers_i
         mctx = master.state.get(BROKER)
         assert mctx.replicator.ha.port not in (0, port + 1)
         assert mctx.registration.ha_server_addr == f"127.0.0.1:{mctx.replicator.ha.port}"
+
+
+async def test_an_empty_slave_starts_at_the_masters_last_commit_log_file(start_role, remoting_client, tmp_path):
+    small = {"broker.mappedFileSizeCommitLog": 64 * 1024}
+    master = await start_role("dev", {"broker.haSendHeartbeatInterval": 200, **small})
+    mctx = master.state.get(BROKER)
+    maddr = master.listening["broker"]
+    await remoting_client.invoke(maddr, create_topic("TEMPTY", 1))
+    for i in range(300):
+        assert (await remoting_client.invoke(maddr, send_request("TEMPTY", b"%04d" % i + b"x" * 1000))).code == 0
+    files = mctx.store.commit_log.queue.files
+    assert len(files) >= 4
+    last = files[-1].file_from_offset
+    slave = await start_role(fast_sync_bundle(tmp_path, "broker"), {
+        "broker.brokerRole": "SLAVE", "broker.brokerId": 1, "broker.namesrvAddr": master.listening["namesrv"],
+        "broker.haSendHeartbeatInterval": 200, **small})
+    sctx = slave.state.get(BROKER)
+    await wait_for(lambda: sctx.store.commit_log.max_offset == mctx.store.commit_log.max_offset)
+    # 4.x: an empty slave gets the master's last file only; that file is byte for byte the master's
+    assert [f.file_from_offset for f in sctx.store.commit_log.queue.files] == [last]
+    n = files[-1].wrote_position
+    assert bytes(sctx.store.commit_log.queue.files[0].view[:n]) == bytes(files[-1].view[:n])
+    # the slave's consume queue starts where its first record sits; the newest message pulls the same from both
+    await wait_for(lambda: sctx.topics.get("TEMPTY") is not None)
+    top = mctx.store.get_max_offset_in_queue("TEMPTY", 0)
+    assert sctx.store.get_max_offset_in_queue("TEMPTY", 0) == top
+    got = [decode_messages((await remoting_client.invoke(a, pull_request("TEMPTY", 0, top - 1))).body_bytes())
+           for a in (maddr, slave.listening["broker"])]
+    assert [m.body for m in got[0]] == [m.body for m in got[1]] and got[0][0].body.startswith(b"0299")
+    # and it keeps following
+    assert (await remoting_client.invoke(maddr, send_request("TEMPTY", b"after"))).code == 0
+    await wait_for(lambda: sctx.store.commit_log.max_offset == mctx.store.commit_log.max_offset)
