@@ -84,6 +84,10 @@ class BrokerInfo:
     version: str = ""
     max_offset: int = -1
     error: str = ""
+    #: replication lag: a master's worst slave (bytes, seconds), a slave's own bytes behind; None when not reported
+    lag_bytes: int | None = None
+    lag_seconds: float | None = None
+    slaves: int | None = None
 
 
 @attrs.frozen
@@ -148,8 +152,13 @@ class Admin(ClientService):
             try:
                 resp = await self._broker(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
                 table = (fastjson.loads(resp.body_bytes()) or {}).get("table") or {}
-                rows.append(BrokerInfo(cluster, name, broker_id, addr, str(table.get("brokerVersionDesc", "")),
-                                       int(table.get("commitLogMaxOffset", -1))))
+                rows.append(BrokerInfo(
+                    cluster, name, broker_id, addr, str(table.get("brokerVersionDesc", "")),
+                    int(table.get("commitLogMaxOffset", -1)),
+                    lag_bytes=int(table["haBehindBytes"]) if "haBehindBytes" in table else None,
+                    lag_seconds=float(table["haBehindSeconds"]) if "haBehindSeconds" in table else None,
+                    slaves=int(table["haSlaveCount"]) if "haSlaveCount" in table else None,
+                ))
             except (RemotingError, BrokerError, ValueError) as exc:
                 rows.append(BrokerInfo(cluster, name, broker_id, addr, error=str(exc)))
 

@@ -126,6 +126,15 @@ def _perm(perm: int) -> str:
     return ("R" if perm & Permission.READ else "-") + ("W" if perm & Permission.WRITE else "-") + ("X" if perm & Permission.INHERIT else "-")
 
 
+def _lag(b: Any) -> str:
+    """A master: its slaves and the worst one's lag; a slave: how far behind the master it is."""
+    if b.slaves is not None:
+        return "no slave" if b.slaves == 0 else f"{b.slaves} slave(s), {b.lag_bytes} B / {b.lag_seconds:.1f} s behind"
+    if b.lag_bytes is not None:
+        return f"{b.lag_bytes} B behind"
+    return "-"
+
+
 def cmd_cluster_list(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
@@ -136,8 +145,9 @@ def cmd_cluster_list(args: argparse.Namespace) -> int:
             _json([attrs.asdict(b) for b in brokers])
             return EXIT_OK
         rows = [[b.cluster, b.broker_name, b.broker_id, b.addr, b.version or "-",
-                 b.max_offset if b.max_offset >= 0 else "-", b.error or "ok"] for b in brokers]
-        print(format_table(["CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "COMMITLOG MAX OFFSET", "STATUS"], rows))
+                 b.max_offset if b.max_offset >= 0 else "-", _lag(b), b.error or "ok"] for b in brokers]
+        print(format_table(["CLUSTER", "BROKER", "ID", "ADDRESS", "VERSION", "COMMITLOG MAX OFFSET", "REPLICATION LAG",
+                            "STATUS"], rows))
         return EXIT_OK
 
     return _admin("cluster list", args, body)

@@ -89,7 +89,10 @@ async def pull(
             raise BrokerError(response.code, f"undecodable pull body: {exc}", addr, "PULL_MESSAGE") from None
         if tags:
             messages = [m for m in messages if raw_tags(m.raw_properties) in tags]
-    return PullResult(status, next_begin, low, high, messages)
+    suggest = int(h.get("suggestWhichBrokerId", 0) or 0)
+    # the next pull of this queue goes where the broker suggested (Java's PullAPIWrapper.updatePullFromWhichNode)
+    instance.pull_from[mq] = suggest
+    return PullResult(status, next_begin, low, high, messages, suggest)
 
 
 def _offset_of(response: RemotingCommand, addr: str, name: str) -> int:

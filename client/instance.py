@@ -63,6 +63,8 @@ class ClientInstance:
         self.publish: dict[str, PublishInfo] = {}
         #: broker name -> {broker id: address}, the union of every route seen
         self.brokers: dict[str, dict[int, str]] = {}
+        #: per queue, the broker id the last pull suggested (suggestWhichBrokerId; absent = the master)
+        self.pull_from: dict[Any, int] = {}
         self.producer_groups: set[str] = set()
         self.consumers: dict[str, ConsumerCore] = {}
         self._namesrv_index = 0
@@ -237,6 +239,15 @@ class ClientInstance:
             return addrs.get(MASTER_ID)
         return next(iter(addrs.values()), None)
 
+    def pull_addr(self, mq: MessageQueue) -> str | None:
+        """Where to pull ``mq`` from (Java's recalculatePullFromWhichNode + findBrokerAddressInSubscribe): the broker
+        id the last pull suggested, else the master, else any address of the broker name."""
+        addrs = self.brokers.get(mq.broker_name)
+        if not addrs:
+            return None
+        addr = addrs.get(self.pull_from.get(mq, MASTER_ID))
+        return addr or addrs.get(MASTER_ID) or next(iter(addrs.values()), None)
+
     def all_broker_addrs(self, *, masters_only: bool = False) -> list[str]:
         out = []
         for addrs in self.brokers.values():
@@ -245,12 +256,14 @@ class ClientInstance:
                     out.append(addr)
         return sorted(set(out))
 
-    async def broker_addr_for(self, mq: MessageQueue) -> str:
-        """Master address of ``mq``'s broker, refreshing the route once when it is unknown."""
-        addr = self.broker_addr(mq.broker_name)
+    async def broker_addr_for(self, mq: MessageQueue, *, master_only: bool = True) -> str:
+        """Master address of ``mq``'s broker, refreshing the route once when it is unknown. With
+        ``master_only=False`` (pulls, consumer offsets) any address of the broker name when the master is gone:
+        consumers read from a slave as the Java client's findBrokerAddressInSubscribe does."""
+        addr = self.broker_addr(mq.broker_name, master_only=master_only)
         if addr is None:
             await self.update_route(mq.topic, for_producer=mq.topic in self.publish)
-            addr = self.broker_addr(mq.broker_name)
+            addr = self.broker_addr(mq.broker_name, master_only=master_only)
         if addr is None:
             raise TopicNotFoundError(mq.topic, f"broker {mq.broker_name} is not in the route")
         return addr

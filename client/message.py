@@ -367,3 +367,5 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: Sequence[MessageExt] = ()
+    #: the broker's suggestWhichBrokerId: pull this queue from that broker id next (0 = master)
+    suggest_which_broker_id: int = 0

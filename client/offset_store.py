@@ -71,7 +71,7 @@ class OffsetStore(abc.ABC):
 
 class RemoteOffsetStore(OffsetStore):
     async def read_store(self, mq: MessageQueue) -> int:
-        addr = await self.instance.broker_addr_for(mq)
+        addr = await self.instance.broker_addr_for(mq, master_only=False)
         offset = await api.query_consumer_offset(self.instance, addr, self.group, mq)
         if offset >= 0:
             self.table[mq] = offset
@@ -88,7 +88,7 @@ class RemoteOffsetStore(OffsetStore):
 
     async def _commit(self, mq: MessageQueue, offset: int) -> None:
         try:
-            addr = await self.instance.broker_addr_for(mq)
+            addr = await self.instance.broker_addr_for(mq, master_only=False)
             await api.update_consumer_offset(self.instance, addr, self.group, mq, offset)
             self._persisted[mq] = offset
         except (RemotingError, BrokerError) as exc:

@@ -96,7 +96,7 @@ class PullConsumer(ConsumerCore):
         return queues
 
     async def _addr(self, mq: MessageQueue) -> str:
-        return await self.instance.broker_addr_for(mq)
+        return self.instance.pull_addr(mq) or await self.instance.broker_addr_for(mq, master_only=False)
 
     async def pull(
         self,

@@ -297,7 +297,10 @@ class PushConsumer(ConsumerCore):
                 sys_flag = int(PullSysFlag.SUSPEND | (PullSysFlag.COMMIT_OFFSET if commit > 0 else 0))
                 pq.last_pull_time = time.monotonic()
                 try:
-                    addr = instance.broker_addr(mq.broker_name) or await instance.broker_addr_for(mq)
+                    addr = instance.pull_addr(mq) or await instance.broker_addr_for(mq, master_only=False)
+                    if addr != instance.broker_addr(mq.broker_name):
+                        # a slave stores no commit offsets from pulls (Java clears the flag for slaves)
+                        sys_flag &= ~int(PullSysFlag.COMMIT_OFFSET)
                     result = await api.pull(
                         instance, addr, mq, self.group, pq.next_offset, max_nums=self.pull_batch_size, sys_flag=sys_flag,
                         commit_offset=max(commit, 0), suspend_ms=self.pull_suspend_ms, sub_version=sub.version,

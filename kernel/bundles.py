@@ -184,6 +184,7 @@ class BrokerSettings:
     longPollingEnable: bool = _setting(True)
     shortPollingTimeMills: int = _setting(1000, _at_least(1))
     slaveReadEnable: bool = _setting(False)
+    accessMessageInMemoryMaxRatio: int = _setting(40, _between(0, 100))
     enablePropertyFilter: bool = _setting(False)
     filterSupportRetry: bool = _setting(False)
     filterDataCleanTimeSpan: int = _setting(24 * 3600 * 1000, _at_least(0))

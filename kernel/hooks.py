@@ -134,6 +134,9 @@ class HookRelay:
             kernel=kernel, expression_type=expression_type, expression=expression
         )
 
+    def make_replicator(self, kernel: Kernel, broker: Any) -> Any:
+        return self._hook.pyrmq_make_replicator(kernel=kernel, broker=broker)
+
     def register_allocate_strategies(self) -> dict[str, AllocateStrategy]:
         table: dict[str, AllocateStrategy] = {}
         for impl in impl_order(self.pm, "pyrmq_register_allocate_strategies"):

@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover - types only
         MessageFilter,
         Processor,
         PutInterceptor,
+        Replicator,
         RequestGuard,
         StoreDispatcher,
         TransactionState,
@@ -233,6 +234,26 @@ async def pyrmq_check_transaction(kernel: Kernel, message: Any, check_times: int
     pass), None to let the next plugin answer. The shipped implementation (``trylast``) asks the producer group:
     CHECK_TRANSACTION_STATE oneway to one live producer connection of the half's group, round-robin, and answers
     UNKNOWN (the producer's verdict arrives later as END_TRANSACTION).
+    """
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Replication
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def pyrmq_make_replicator(kernel: Kernel, broker: Any) -> Replicator | None:
+    """Make the broker's replicator (master/slave HA) for ``broker`` (the broker core's context: its settings with
+    ``brokerRole`` / ``brokerId``, its loaded store, its name-server registration that learns ``masterAddr`` and
+    ``haServerAddr``).
+
+    Called once by the broker core in ``pyrmq_serve``, after the store is loaded and before the broker registers
+    with the name servers; the core starts ``replicator.run`` in its nursery (it calls ``task_status.started()``
+    once the HA port is bound, so the registration carries it). A SYNC_MASTER send with ``WAIT=true`` awaits
+    ``replicator.wait_replicated(end_offset)`` -> ``PutMessageStatus`` (PUT_OK, SLAVE_NOT_AVAILABLE,
+    FLUSH_SLAVE_TIMEOUT). Shipped: plugins/broker/ha/plugin.py (RocketMQ 4.x HA). Return None when this plugin
+    does not replicate; without any replicator a SYNC_MASTER answers SLAVE_NOT_AVAILABLE.
     """
 
 

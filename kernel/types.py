@@ -64,6 +64,19 @@ class MessageFilter(Protocol):
     def is_matched_by_commit_log(self, record: memoryview) -> bool: ...
 
 
+@runtime_checkable
+class Replicator(Protocol):
+    """A broker's master/slave replication (``pyrmq_make_replicator``): a service, and the SYNC_MASTER wait."""
+
+    async def run(self, *, task_status: Any = ...) -> None: ...
+
+    async def wait_replicated(self, end_offset: int) -> Any: ...
+
+    def status(self) -> dict[str, str]:
+        """Runtime-info entries (GET_BROKER_RUNTIME_INFO), e.g. ``haBehindBytes``."""
+        ...
+
+
 class PutKind(enum.Enum):
     """Which request a put comes from; an interceptor may treat them differently."""
 

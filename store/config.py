@@ -83,6 +83,8 @@ class StoreConfig:
     verify_dispatch_on_load: bool = True
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    #: a pull this far (percent of physical memory) behind the commit log's end is told to read from a slave
+    access_message_in_memory_max_ratio: int = 40
     #: CQ bytes scanned per pull: max(16000, max_msg_nums * 20) in Java
     max_filter_message_count: int = 16_000
     #: allocate and pre-fault the commit-log segment being written and create the next one ahead (worker

@@ -6,6 +6,8 @@ Reads never block on writes: they see every record whose ``put_message`` has ret
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Callable
 
 from .commitlog import CommitLog
@@ -18,6 +20,15 @@ from .results import GetMessageResult, GetMessageStatus, QueryMessageResult
 
 #: Java caps QUERY_MESSAGE at ``maxMsgsNumBatch`` = 64
 MAX_QUERY_NUM = 64
+
+
+@functools.cache
+def _memory_bytes() -> int:
+    """Physical memory (Java's StoreUtil.TOTAL_PHYSICAL_MEMORY_SIZE)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 8 * 1024**3
 
 
 class _CallableFilter:
@@ -88,10 +99,12 @@ class StoreReads:
         files = self.commit_log.queue
         mf = None
         mf_start = mf_end = 0
+        last_phy = -1
         for phy, size, tags_code in units:
             if buffers and (len(buffers) >= max_count or total + size > max_bytes):
                 break
             scanned += 1
+            last_phy = phy
             if size == BLANK_SIZE or phy < skip_below:
                 continue
             if message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
@@ -116,8 +129,11 @@ class StoreReads:
             total += size
         if buffers:
             status = GetMessageStatus.FOUND
+        # DefaultMessageStore: more than accessMessageInMemoryMaxRatio of memory behind -> suggest a slave
+        behind = self.commit_log.max_offset - last_phy if last_phy >= 0 else 0
         return GetMessageResult(
             status, offset + scanned, min_offset, max_offset, buffers, queue_offsets, total,
+            suggest_pulling_from_slave=behind > _memory_bytes() * cfg.access_message_in_memory_max_ratio / 100,
         )
 
     def look_message_bytes_by_offset(self, phy_offset: int, size: int | None = None) -> memoryview | None:

@@ -37,14 +37,17 @@ class StoreReplication:
     def append_raw(self, phy_offset: int, data: bytes | memoryview) -> bool:
         """Append raw commit-log bytes replicated from a master at ``phy_offset`` (must be the current end) and
         dispatch the records they complete (a record split across transfers is dispatched once its last bytes
-        arrive). Returns False when the offset does not match."""
+        arrive). Returns False when the offset does not match. An empty store accepts the first byte of any
+        commit-log file (a 4.x master starts an empty slave at its last file) and starts its log there."""
         cl = self.commit_log
-        if phy_offset != cl.max_offset or self._unavailable is not None:
+        if self._unavailable is not None:
+            return False
+        if phy_offset != cl.max_offset and (cl.queue.files or phy_offset % cl.queue.file_size):
             return False
         start = phy_offset if self._replica_dispatched is None else self._replica_dispatched
         view = memoryview(data)
         while view:
-            mf = cl.queue.last_file_for_append(cl.max_offset)
+            mf = cl.queue.last_file_for_append(cl.max_offset if cl.queue.files else phy_offset)
             cl._current = mf
             n = min(len(view), mf.remaining)
             mf.append(view[:n])

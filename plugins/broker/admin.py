@@ -218,6 +218,8 @@ class AdminProcessor:
             "pageCacheLockTimeMills": "0",
             "commitLogDiskRatio": f"{disk_usage_ratio(store.config.commit_log_dir):.4f}",
         }
+        if self.ctx.replicator is not None:
+            table.update(self.ctx.replicator.status())
         return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
 
     async def consumer_connections(self, connection: Any, request: RemotingCommand) -> RemotingCommand:

@@ -70,6 +70,7 @@ def store_config(settings: Any) -> StoreConfig:
             check_crc_on_recover=settings.checkCRCOnRecover,
             max_transfer_count_on_message_in_memory=settings.maxTransferCountOnMessageInMemory,
             max_transfer_bytes_on_message_in_memory=settings.maxTransferBytesOnMessageInMemory,
+            access_message_in_memory_max_ratio=settings.accessMessageInMemoryMaxRatio,
         )
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"store settings rejected: {exc}", file="[broker]") from None
@@ -147,6 +148,8 @@ class BrokerContext:
         self.put_chain = kernel.put_chain
         self.client = RemotingClient()
         self.registration = NameServerRegistration(settings, self.client, self.topics.registration_wrapper)
+        #: master/slave replication (``pyrmq_make_replicator``), made once the store is loaded; None without one
+        self.replicator: Any = None
         self.started = False
 
     # -- shared services -------------------------------------------------------------------------------------
@@ -266,6 +269,9 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     await nursery.start(ctx.client.run)
     await nursery.start(ctx.housekeeping)
     await nursery.start(ctx.stats.run)
+    ctx.replicator = kernel.hooks.make_replicator(kernel, ctx)
+    if ctx.replicator is not None:
+        await nursery.start(ctx.replicator.run)
     nursery.start_soon(ctx.register_when_listening)
 
 

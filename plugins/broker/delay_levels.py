@@ -29,7 +29,7 @@ import trio
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
-from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.vocabulary import SCHEDULE_TOPIC, MessageProperty
 from pyrmq.store.config_files import DelayOffsetFile
 from pyrmq.store.consume_queue import BLANK_SIZE
@@ -206,9 +206,18 @@ class DelayLevelService:
             self._dirty = False
             self.offset_file.save_table(dict(sorted(self.offsets.items())))
 
+    async def all_delay_offset(self, connection: Any, request: Any) -> Any:
+        """GET_ALL_DELAY_OFFSET (45): delayOffset.json's document, what a slave's metadata sync copies."""
+        from pyrmq.remoting import fastjson
+
+        body = fastjson.dumps({"offsetTable": dict(sorted(self.offsets.items()))}, style=fastjson.FASTJSON)
+        return request.make_response(ResponseCode.SUCCESS, body=body)
+
     def close(self) -> None:
         if self.progress is not None:
-            self.persist()
+            if self.deliver_enabled or self._dirty:
+                # a slave's delayOffset.json is the copy its metadata sync wrote from the master's: leave it
+                self.persist()
             self.progress.close()
             self.progress = None
 
@@ -356,6 +365,14 @@ def pyrmq_configure(kernel: Any) -> None:
         deliver=settings.brokerRole != "SLAVE",
     )
     kernel.state.put(DELAY_LEVELS, service)
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
+    service = kernel.state.find(DELAY_LEVELS)
+    if role != "broker" or service is None:
+        return None
+    return {RequestCode.GET_ALL_DELAY_OFFSET: service.all_delay_offset}
 
 
 @hookimpl(trylast=True)

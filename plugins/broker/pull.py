@@ -205,6 +205,16 @@ class PullMessageProcessor:
             self.hold.park(ParkedPull(connection, request, header, message_filter, trio.current_time() + timeout / 1000))
         return response
 
+    def _suggest(self, header: PullMessageRequestHeader, result: Any) -> int:
+        """suggestWhichBrokerId (PullMessageProcessor): the master unless slaveReadEnable; then the group's
+        whichBrokerWhenConsumeSlowly when the pull lags beyond accessMessageInMemoryMaxRatio, else its brokerId."""
+        if not self.ctx.settings.slaveReadEnable:
+            return 0
+        config = self.ctx.groups.table.get(header.consumer_group)
+        if config is None:
+            return 1 if result.suggest_pulling_from_slave else 0
+        return config.which_broker_when_consume_slowly if result.suggest_pulling_from_slave else config.broker_id
+
     def execute(
         self, connection: Any, request: RemotingCommand, header: PullMessageRequestHeader, message_filter: Any, *, first: bool
     ) -> RemotingCommand | None:
@@ -225,7 +235,7 @@ class PullMessageProcessor:
             return None
         self._commit(header, first)
         response_header = PullMessageResponseHeader(
-            suggest_which_broker_id=0, next_begin_offset=next_begin, min_offset=result.min_offset, max_offset=result.max_offset
+            suggest_which_broker_id=self._suggest(header, result), next_begin_offset=next_begin, min_offset=result.min_offset, max_offset=result.max_offset
         )
         body = result.buffers if code == ResponseCode.SUCCESS else b""
         if code == ResponseCode.SUCCESS:

@@ -34,10 +34,12 @@ class NameServerRegistration:
         #: HA address of the master learned from registration (slaves)
         self.master_addr = ""
         self.master_ha_addr = ""
+        #: the HA address the replicator really listens on (None: haListenPort)
+        self.ha_addr: str | None = None
 
     @property
     def ha_server_addr(self) -> str:
-        return f"{self.settings.brokerIP2 or self.settings.brokerIP1}:{self.settings.haListenPort}"
+        return self.ha_addr or f"{self.settings.brokerIP2 or self.settings.brokerIP1}:{self.settings.haListenPort}"
 
     def _register_request(self) -> RemotingCommand:
         body = json.dumps(

@@ -5,8 +5,8 @@ Checks in RocketMQ's order (AbstractSendMessageProcessor#msgCheck), topic auto-c
 interceptors (``kernel.put_chain``, collected once through ``pyrmq_register_put_interceptors``: dead-letter
 re-routing, delay levels, timer, or a plugin's own refusal), then one synchronous append. Under SYNC_FLUSH the
 processor returns None and answers from a task once the bytes are on disk, so the connection keeps reading while the
-group commit gathers other appends; a SYNC_MASTER answers SLAVE_NOT_AVAILABLE (message stored) like a RocketMQ
-master without a slave, since pyrmq has no replication yet (docs/decisions.md).
+group commit gathers other appends; a SYNC_MASTER waits for the replicator (``pyrmq_make_replicator``) to have a
+slave acknowledge the message: SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT otherwise (message stored either way).
 """
 
 from __future__ import annotations
@@ -313,8 +313,11 @@ class SendProcessor:
         if self.sync_flush and not await self.ctx.store.wait_flushed(end):
             result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         elif self.sync_master:
-            # no replication yet: a SYNC_MASTER is a master without a slave (the message is stored)
-            result.status = PutMessageStatus.SLAVE_NOT_AVAILABLE
+            # the replicator's group-transfer wait; without one a SYNC_MASTER is a master without a slave
+            replicator = self.ctx.replicator
+            result.status = (
+                PutMessageStatus.SLAVE_NOT_AVAILABLE if replicator is None else await replicator.wait_replicated(end)
+            )
         await connection.send_response(self._response(request, result, queue_id))
 
     def _response(self, request: RemotingCommand, result: PutMessageResult, queue_id: int) -> RemotingCommand:

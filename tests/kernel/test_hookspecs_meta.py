@@ -35,7 +35,7 @@ def test_every_hook_is_prefixed_and_listed():
         "pyrmq_addhooks", "pyrmq_configure", "pyrmq_serve", "pyrmq_unconfigure", "pyrmq_add_commands",
         "pyrmq_register_processors", "pyrmq_register_store_dispatchers", "pyrmq_register_put_interceptors",
         "pyrmq_connection_opened", "pyrmq_connection_closed", "pyrmq_make_message_filter", "pyrmq_make_request_guard",
-        "pyrmq_register_allocate_strategies", "pyrmq_check_transaction",
+        "pyrmq_make_replicator", "pyrmq_register_allocate_strategies", "pyrmq_check_transaction",
     }
 
 
@@ -62,8 +62,8 @@ def test_every_hook_has_a_shipped_implementation():
 
 
 def test_an_unimplemented_hook_is_reported():
-    assert unimplemented([*hookspecs.ALL_HOOKS, "pyrmq_make_replicator"], shipped_implementations()) == [
-        "pyrmq_make_replicator"
+    assert unimplemented([*hookspecs.ALL_HOOKS, "pyrmq_make_flush_policy"], shipped_implementations()) == [
+        "pyrmq_make_flush_policy"
     ]
 
 

@@ -1,0 +1,209 @@
+"""Master side of RocketMQ 4.x HA (HAService / HAConnection): the HA listener, one transfer per slave, and the
+group-transfer wait behind SYNC_MASTER.
+
+Wire (both directions big-endian, no framing beyond this):
+
+- slave -> master: 8 bytes, the slave's max commit-log offset (its ack and, the first time, where to start);
+- master -> slave: 12-byte header (``offset`` long, ``size`` int) then ``size`` bytes of raw commit log, at most
+  ``haTransferBatchSize`` and never crossing a commit-log file; ``size`` 0 is the idle heartbeat
+  (``haSendHeartbeatInterval``).
+
+The master sends nothing before the slave's first report; a slave reporting 0 (an empty store) starts from the
+beginning of the master's last commit-log file, as 4.x does. A slave silent for ``haHousekeepingInterval`` (20 s)
+is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from typing import Any
+
+import attrs
+import trio
+
+from pyrmq.store.results import PutMessageStatus
+
+log = logging.getLogger("pyrmq.broker.ha")
+
+OFFSET = struct.Struct(">q")
+HEADER = struct.Struct(">qi")
+
+
+@attrs.define(eq=False)
+class SlaveConnection:
+    """One connected slave, as HAConnection tracks it."""
+
+    peer: str
+    #: where the slave asked to start (-1 until its first report)
+    request_offset: int = -1
+    #: the highest offset the slave reported
+    ack_offset: int = 0
+    #: next byte to send
+    next_offset: int = -1
+    last_read: float = 0.0
+    connected_at: float = 0.0
+    #: when the slave's report was newest (for lag in seconds)
+    acked_at: float = 0.0
+    #: when the slave last reported the master's whole commit log (lag in seconds counts from here, or from the
+    #: connection while it never had everything)
+    caught_up_at: float = 0.0
+
+
+class AppendNotifier:
+    """Store dispatcher (after the store's own): wakes the idle transfers when a record is appended."""
+
+    name = "ha-transfer-wakeup"
+    order = 30
+
+    def __init__(self) -> None:
+        self.master: HAMaster | None = None
+
+    def dispatch(self, request: Any) -> None:
+        master = self.master
+        if master is not None and not master.appended.is_set():
+            master.appended.set()
+
+
+class HAMaster:
+    """HA listener and transfers of a master broker; ``wait_replicated`` is what SYNC_MASTER sends await."""
+
+    def __init__(self, store: Any, settings: Any) -> None:
+        self.store = store
+        self.settings = settings
+        self.file_size = settings.mappedFileSizeCommitLog
+        self.batch = settings.haTransferBatchSize
+        self.heartbeat = settings.haSendHeartbeatInterval / 1000
+        self.silence = settings.haHousekeepingInterval / 1000
+        self.fallbehind = settings.haSlaveFallbehindMax
+        self.slave_timeout = settings.slaveTimeout / 1000
+        self.slaves: set[SlaveConnection] = set()
+        #: the highest offset any slave acknowledged (HAService.push2SlaveMaxOffset)
+        self.push_to_slave_max = 0
+        self._acked = trio.Event()
+        #: set by :class:`AppendNotifier` when the store appended something (wakes idle transfers)
+        self.appended = trio.Event()
+        self.port = 0
+
+    # -- SYNC_MASTER -----------------------------------------------------------------------------------------
+
+    def slave_ok(self, end_offset: int) -> bool:
+        """HAService.isSlaveOK: a slave is connected and not more than haSlaveFallbehindMax behind."""
+        return bool(self.slaves) and end_offset - self.push_to_slave_max < self.fallbehind
+
+    async def wait_replicated(self, end_offset: int) -> PutMessageStatus:
+        """PUT_OK once a slave acknowledged ``end_offset``; SLAVE_NOT_AVAILABLE at once without a usable slave;
+        FLUSH_SLAVE_TIMEOUT after slaveTimeout."""
+        if not self.slave_ok(end_offset):
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        with trio.move_on_after(self.slave_timeout):
+            while self.push_to_slave_max < end_offset:
+                await self._acked.wait()
+            return PutMessageStatus.PUT_OK
+        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+
+    def _ack(self, slave: SlaveConnection, offset: int) -> None:
+        slave.ack_offset = offset
+        slave.acked_at = trio.current_time()
+        if offset >= self.store.commit_log.max_offset:
+            slave.caught_up_at = slave.acked_at
+        if offset > self.push_to_slave_max:
+            self.push_to_slave_max = offset
+            self._acked.set()
+            self._acked = trio.Event()
+
+    # -- listener --------------------------------------------------------------------------------------------
+
+    async def run(self, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen on ``port`` (0: any free port) and serve slaves; ``task_status`` gets the real port."""
+        listeners = await trio.open_tcp_listeners(port, host=self.settings.listenHost)
+        self.port = listeners[0].socket.getsockname()[1]
+        log.info("HA service listening on %s:%d", self.settings.listenHost, self.port)
+        task_status.started(self.port)
+        await trio.serve_listeners(self._serve_slave, listeners)
+
+    async def _serve_slave(self, stream: trio.SocketStream) -> None:
+        host, port = stream.socket.getpeername()[:2]
+        now = trio.current_time()
+        slave = SlaveConnection(f"{host}:{port}", last_read=now, connected_at=now)
+        self.slaves.add(slave)
+        log.info("slave %s connected", slave.peer)
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_reports, stream, slave, nursery.cancel_scope)
+                nursery.start_soon(self._transfer, stream, slave)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            log.info("slave %s: %s", slave.peer, exc)
+        finally:
+            self.slaves.discard(slave)
+            log.info("slave %s gone", slave.peer)
+
+    async def _read_reports(self, stream: trio.SocketStream, slave: SlaveConnection, scope: trio.CancelScope) -> None:
+        buffer = bytearray()
+        while True:
+            with trio.move_on_after(self.silence) as timer:
+                data = await stream.receive_some(4096)
+            if timer.cancelled_caught:
+                log.warning("slave %s silent for %.0f s: dropped", slave.peer, self.silence)
+                scope.cancel()
+                return
+            if not data:
+                scope.cancel()
+                return
+            slave.last_read = trio.current_time()
+            buffer += data
+            usable = len(buffer) - len(buffer) % 8
+            if usable:
+                # only the newest report counts (HAConnection.ReadSocketService)
+                (offset,) = OFFSET.unpack_from(buffer, usable - 8)
+                del buffer[:usable]
+                if slave.request_offset < 0:
+                    slave.request_offset = offset
+                    log.info("slave %s asks from offset %d", slave.peer, offset)
+                self._ack(slave, offset)
+
+    async def _transfer(self, stream: trio.SocketStream, slave: SlaveConnection) -> None:
+        while slave.request_offset < 0:
+            await trio.sleep(0.01)
+        if slave.request_offset == 0:
+            top = self.store.commit_log.max_offset
+            slave.next_offset = top - top % self.file_size
+        else:
+            slave.next_offset = slave.request_offset
+        last_write = trio.current_time()
+        while True:
+            if self.appended.is_set():
+                self.appended = trio.Event()
+            data = self.store.get_commit_log_data(slave.next_offset, self.batch)
+            if data is not None:
+                payload = bytes(data)
+                await stream.send_all(HEADER.pack(slave.next_offset, len(payload)) + payload)
+                slave.next_offset += len(payload)
+                last_write = trio.current_time()
+                continue
+            if self.store.commit_log.max_offset > slave.next_offset and self.store.commit_log.queue.find(slave.next_offset) is None:
+                # the end of a file: the next transfer starts at the next file's first byte
+                slave.next_offset += self.file_size - slave.next_offset % self.file_size
+                continue
+            idle = trio.current_time() - last_write
+            if idle >= self.heartbeat:
+                await stream.send_all(HEADER.pack(slave.next_offset, 0))
+                last_write = trio.current_time()
+                continue
+            with trio.move_on_after(self.heartbeat - idle):
+                await self.appended.wait()
+
+    # -- reporting -------------------------------------------------------------------------------------------
+
+    def lag(self) -> list[dict[str, Any]]:
+        """Per slave: address, acknowledged offset, bytes behind the master, and seconds behind (since it last had
+        everything; 0 when it has everything now)."""
+        top = self.store.commit_log.max_offset
+        now = trio.current_time()
+        out = []
+        for s in sorted(self.slaves, key=lambda s: s.peer):
+            behind = max(0, top - s.ack_offset)
+            since = s.caught_up_at or s.connected_at
+            out.append({"slave": s.peer, "ackOffset": s.ack_offset, "behindBytes": behind,
+                        "behindSeconds": 0.0 if behind == 0 else round(now - since, 3)})
+        return out
