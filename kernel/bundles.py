@@ -157,6 +157,8 @@ class BrokerSettings:
     flushCommitLogLeastPages: int = _setting(4, _at_least(0))
     syncFlushTimeout: int = _setting(5000, _at_least(1))
     checkCRCOnRecover: bool = _setting(True)
+    # pyrmq's own: store files get all their disk blocks when created (StoreConfig.preallocate_store_files)
+    preallocateStoreFiles: bool = _setting(False)
     maxHashSlotNum: int = _setting(5_000_000, _at_least(1))
     maxIndexNum: int = _setting(20_000_000, _at_least(1))
     fileReservedTime: int = _setting(72, _at_least(0))

@@ -83,7 +83,8 @@ class CommitLog:
     def __init__(self, config: StoreConfig, clock: Callable[[], int]) -> None:
         self.config = config
         self.clock = clock
-        self.queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log)
+        self.queue = MappedFileQueue(config.commit_log_dir, config.mapped_file_size_commit_log,
+                                     preallocate=config.preallocate_store_files)
         self.file_size = config.mapped_file_size_commit_log
         self.max_message_size = config.max_message_size
         #: next queue offset per (topic, queue id) (Java ``topicQueueTable``)

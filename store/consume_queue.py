@@ -33,12 +33,12 @@ BLANK_SIZE = 0x7FFFFFFF
 
 
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int) -> None:
+    def __init__(self, topic: str, queue_id: int, directory: str, file_size: int, *, preallocate: bool = False) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.directory = directory
         self.file_size = file_size
-        self.queue = MappedFileQueue(directory, file_size)
+        self.queue = MappedFileQueue(directory, file_size, preallocate=preallocate)
         #: end (offset + size) of the last commit-log record this queue points to
         self.max_physic_offset = -1
         #: byte offset of the first valid unit
@@ -299,7 +299,8 @@ class ConsumeQueueStore:
             for qid in sorted(os.listdir(tdir)):
                 if not qid.lstrip("-").isdigit():
                     continue
-                cq = ConsumeQueue(topic, int(qid), os.path.join(tdir, qid), self.config.mapped_file_size_consume_queue)
+                cq = ConsumeQueue(topic, int(qid), os.path.join(tdir, qid), self.config.mapped_file_size_consume_queue,
+                                  preallocate=self.config.preallocate_store_files)
                 cq.load()
                 self.table[(topic, int(qid))] = cq
 
@@ -315,7 +316,7 @@ class ConsumeQueueStore:
         if cq is None:
             cq = ConsumeQueue(
                 topic, queue_id, os.path.join(self.directory, topic, str(queue_id)),
-                self.config.mapped_file_size_consume_queue,
+                self.config.mapped_file_size_consume_queue, preallocate=self.config.preallocate_store_files,
             )
             self.table[(topic, queue_id)] = cq
         return cq

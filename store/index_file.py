@@ -128,7 +128,7 @@ class KeyHasher:
         return h
 
 class IndexFile:
-    def __init__(self, path: str, hash_slot_num: int, index_num: int, *, create: bool) -> None:
+    def __init__(self, path: str, hash_slot_num: int, index_num: int, *, create: bool, preallocate: bool = False) -> None:
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
@@ -139,7 +139,7 @@ class IndexFile:
             if os.fstat(self.fd).st_size != self.file_size:
                 if not create:
                     raise ValueError(f"{path}: size {os.fstat(self.fd).st_size} != expected {self.file_size}")
-                allocate_file(self.fd, self.file_size)
+                allocate_file(self.fd, self.file_size, preallocate)
             self.mm = mmap.mmap(self.fd, self.file_size)
         except BaseException:
             os.close(self.fd)
@@ -323,7 +323,8 @@ class IndexService:
             if not os.path.exists(path):
                 break
             ms += 1
-        f = IndexFile(path, self.config.max_hash_slot_num, self.config.max_index_num, create=True)
+        f = IndexFile(path, self.config.max_hash_slot_num, self.config.max_index_num, create=True,
+                      preallocate=self.config.preallocate_store_files)
         if last is not None:
             f.begin_phy_offset, f.begin_timestamp = last.end_phy_offset, last.end_timestamp
             f.end_phy_offset, f.end_timestamp = last.end_phy_offset, last.end_timestamp

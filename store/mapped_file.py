@@ -43,11 +43,16 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-def allocate_file(fd: int, size: int) -> None:
-    """Give the file ``size`` bytes of real disk blocks (``posix_fallocate``), not a sparse hole: a store written
-    through mmap would otherwise take a SIGBUS (and die) when a page of the hole is first touched on a full file
-    system. A full disk fails here instead, with ENOSPC, where the caller can refuse the write cleanly. File systems
-    without fallocate get the sparse file as before."""
+def allocate_file(fd: int, size: int, preallocate: bool = True) -> None:
+    """Grow the file to ``size`` bytes. With ``preallocate`` every byte gets a real disk block
+    (``posix_fallocate``), not a sparse hole: a store written through mmap would otherwise take a SIGBUS (and die)
+    when a page of the hole is first touched on a file system that filled up behind the broker's disk-ratio check.
+    A full disk fails here instead, with ENOSPC, where the caller can refuse the write cleanly. Without it (the
+    default, as RocketMQ) the file is sparse and costs disk only as it is written. File systems without fallocate
+    get the sparse file either way."""
+    if not preallocate:
+        os.ftruncate(fd, size)
+        return
     try:
         os.posix_fallocate(fd, 0, size)
     except OSError as exc:
@@ -68,7 +73,7 @@ class MappedFile:
         "wrote_position", "flushed_position", "store_timestamp", "_closed", "address", "warmed", "released",
     )
 
-    def __init__(self, path: str, file_size: int, *, create: bool = True) -> None:
+    def __init__(self, path: str, file_size: int, *, create: bool = True, preallocate: bool = False) -> None:
         self.path = path
         self.file_size = file_size
         self.file_from_offset = int(os.path.basename(path))
@@ -78,7 +83,7 @@ class MappedFile:
         try:
             if os.fstat(self.fd).st_size != file_size:
                 # a fresh segment, or one a crash left short: grow it to the full size, blocks allocated
-                allocate_file(self.fd, file_size)
+                allocate_file(self.fd, file_size, preallocate)
             self.mm = mmap.mmap(self.fd, file_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except BaseException:
             os.close(self.fd)

@@ -13,9 +13,11 @@ log = logging.getLogger(__name__)
 
 
 class MappedFileQueue:
-    def __init__(self, directory: str, file_size: int) -> None:
+    def __init__(self, directory: str, file_size: int, *, preallocate: bool = False) -> None:
         self.directory = directory
         self.file_size = file_size
+        #: new segments get real disk blocks up front (StoreConfig.preallocate_store_files)
+        self.preallocate = preallocate
         self.files: list[MappedFile] = []
         self._starts: list[int] = []
         #: the next segment, created (and warmed) ahead of need; not part of ``files`` until used
@@ -64,7 +66,8 @@ class MappedFileQueue:
                 return spare
             spare.destroy()
         os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size)
+        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size,
+                        preallocate=self.preallocate)
         self._add(mf)
         return mf
 
@@ -75,7 +78,8 @@ class MappedFileQueue:
             return None
         start = last.file_from_offset + self.file_size
         try:
-            self.spare = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size)
+            self.spare = MappedFile(os.path.join(self.directory, offset_to_file_name(start)), self.file_size,
+                                    preallocate=self.preallocate)
         except OSError as exc:  # a full disk: the append that needs it refuses the write with CREATE_MAPEDFILE_FAILED
             if not self._spare_failed:
                 log.warning("cannot create the next segment ahead of need in %s: %s", self.directory, exc)

@@ -68,6 +68,7 @@ def store_config(settings: Any) -> StoreConfig:
             max_hash_slot_num=settings.maxHashSlotNum,
             max_index_num=settings.maxIndexNum,
             check_crc_on_recover=settings.checkCRCOnRecover,
+            preallocate_store_files=settings.preallocateStoreFiles,
             max_transfer_count_on_message_in_memory=settings.maxTransferCountOnMessageInMemory,
             max_transfer_bytes_on_message_in_memory=settings.maxTransferBytesOnMessageInMemory,
             access_message_in_memory_max_ratio=settings.accessMessageInMemoryMaxRatio,

@@ -113,8 +113,10 @@ async def _scenario(cluster: Cluster, mnt: Path) -> dict:
 
 
 def test_full_disk_refuses_writes_clearly_keeps_reads_and_resumes(tmp_path, small_fs):
+    # preallocateStoreFiles: a file system filled behind the broker's disk-ratio check refuses writes with ENOSPC
+    # instead of a SIGBUS on a sparse page (off by default, as RocketMQ; docs/decisions.md)
     cluster = Cluster(tmp_path, {"flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": str(1024 * 1024),
-                                 "maxHashSlotNum": "5000", "maxIndexNum": "20000"})
+                                 "maxHashSlotNum": "5000", "maxIndexNum": "20000", "preallocateStoreFiles": "true"})
     cluster.store_path = store = small_fs / "store"
     try:
         cluster.start_namesrv()

@@ -119,8 +119,14 @@ def test_new_segments_have_their_blocks_allocated(tmp_path):
     # as ENOSPC when the segment is created, and the append is refused cleanly
     from pyrmq.store.mapped_file import MappedFile
 
-    mf = MappedFile(str(tmp_path / "00000000000000000000"), 1 << 20)
+    mf = MappedFile(str(tmp_path / "00000000000000000000"), 1 << 20, preallocate=True)
     try:
         assert os.stat(mf.path).st_blocks * 512 >= 1 << 20
     finally:
         mf.close()
+    # off (the default, as RocketMQ): a sparse file that costs disk only as it is written
+    sparse = MappedFile(str(tmp_path / "00000000000001048576"), 1 << 20)
+    try:
+        assert os.stat(sparse.path).st_size == 1 << 20 and os.stat(sparse.path).st_blocks * 512 < 1 << 20
+    finally:
+        sparse.close()
