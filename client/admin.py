@@ -469,7 +469,7 @@ class Admin(ClientService):
                 continue
             try:
                 m = await api.view_message(self.instance, target, offset, name)
-            except (RemotingError, BrokerError) as exc:
+            except (RemotingError, BrokerError, ValueError) as exc:  # ValueError: no record boundary at that offset
                 error = exc
                 continue
             if m.offset_msg_id.upper() == msg_id.upper():
