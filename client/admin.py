@@ -27,7 +27,7 @@ from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
 from pyrmq.remoting.message import decode_message_id
-from pyrmq.remoting.route import BrokerData
+from pyrmq.remoting.route import MASTER_ID, BrokerData
 from pyrmq.remoting.vocabulary import (
     AUTO_CREATE_TOPIC_KEY,
     DLQ_GROUP_TOPIC_PREFIX,
@@ -401,31 +401,38 @@ class Admin(ClientService):
         return await pending_transactions(self, topic)
 
     async def query_message_by_key(
-        self, topic: str, key: str, *, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None
+        self, topic: str, key: str, *, max_num: int = 32, begin_ms: int = 0, end_ms: int | None = None,
+        broker_id: int = MASTER_ID,
     ) -> list[MessageExt]:
-        """QUERY_MESSAGE (12) on every master of the topic; keeps the messages whose KEYS include ``key``."""
-        found = await self._query(topic, key, max_num, begin_ms, end_ms, unique=False)
+        """QUERY_MESSAGE (12) on every broker group of the topic, on its broker ``broker_id`` (0 the master, >= 1 a
+        slave: read from the slave's own index); keeps the messages whose KEYS include ``key``."""
+        found = await self._query(topic, key, max_num, begin_ms, end_ms, unique=False, broker_id=broker_id)
         return [m for m in found if key in m.keys][:max_num]
 
-    async def query_message_by_unique_key(self, topic: str, uniq_key: str) -> list[MessageExt]:
-        found = await self._query(topic, uniq_key, 32, 0, None, unique=True)
+    async def query_message_by_unique_key(self, topic: str, uniq_key: str, *, broker_id: int = MASTER_ID) -> list[MessageExt]:
+        found = await self._query(topic, uniq_key, 32, 0, None, unique=True, broker_id=broker_id)
         return [m for m in found if m.uniq_key == uniq_key]
 
-    async def _query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int | None, *, unique: bool) -> list[MessageExt]:
+    async def _query(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int | None, *, unique: bool,
+                     broker_id: int = MASTER_ID) -> list[MessageExt]:
         self._check_started()
         route = await self.topic_route(topic)
         out: dict[tuple[str, int], MessageExt] = {}
         for b in route.broker_datas:
-            if not b.master:
+            addr = b.broker_addrs.get(broker_id)
+            if not addr:
                 continue
-            for m in await api.query_message(self.instance, b.master, topic, key, max_num=max_num, begin_ms=begin_ms,
+            for m in await api.query_message(self.instance, addr, topic, key, max_num=max_num, begin_ms=begin_ms,
                                              end_ms=end_ms, unique_key=unique, broker_name=b.broker_name):
                 out[(m.store_host[0] + str(m.store_host[1]), m.commit_log_offset)] = m
         return sorted(out.values(), key=lambda m: (m.store_timestamp, m.broker_name, m.queue_offset))
 
-    async def query_message_by_id(self, msg_id: str, topic: str | None = None) -> MessageExt:
+    async def query_message_by_id(self, msg_id: str, topic: str | None = None, *, broker_id: int | None = None) -> MessageExt:
         """By offset message id (VIEW_MESSAGE_BY_ID on the broker the id names, spec 5.9); when that fails and a
-        topic is given, by client id (UNIQ_KEY) through the index."""
+        topic is given, by client id (UNIQ_KEY) through the index.
+
+        ``broker_id`` reads from that broker of the group instead (0 the master, >= 1 a slave): a slave's commit log
+        is the master's byte for byte, so the id's offset is valid there too, also when the master is gone."""
         self._check_started()
         error: Exception | None = None
         try:
@@ -436,15 +443,38 @@ class Admin(ClientService):
             addr = f"{ip}:{port}"
             try:
                 info = await self.cluster_info()
-                return await api.view_message(self.instance, addr, offset, info.name_of(addr))
+                if broker_id is None:
+                    return await api.view_message(self.instance, addr, offset, info.name_of(addr))
+                return await self._view_on(info, addr, offset, msg_id, broker_id)
             except (RemotingError, BrokerError) as exc:
                 error = exc
         if topic:
-            found = await self.query_message_by_unique_key(topic, msg_id)
+            found = await self.query_message_by_unique_key(topic, msg_id, broker_id=MASTER_ID if broker_id is None else broker_id)
             if found:
                 return found[0]
         hint = "" if topic else " (give the topic to look it up as a client message id / UNIQ_KEY)"
         raise ClientError(f"message {msg_id} not found: {error}{hint}")
+
+    async def _view_on(self, info: ClusterInfo, addr: str, offset: int, msg_id: str, broker_id: int) -> MessageExt:
+        """VIEW_MESSAGE_BY_ID on broker ``broker_id`` of the group whose master stored ``msg_id``. When that master
+        has left the name server the group is not known by its address: every group's broker ``broker_id`` is asked
+        and only a record whose offset message id (store host + offset) is ``msg_id`` is taken."""
+        named = info.name_of(addr)
+        groups = [named] if named else sorted(info.brokers)
+        error: Exception = BrokerError(ResponseCode.SYSTEM_ERROR, f"no broker with id {broker_id} in "
+                                       + (f"broker group {named}" if named else "any broker group"), addr, "VIEW_MESSAGE_BY_ID")
+        for name in groups:
+            target = info.brokers[name].broker_addrs.get(broker_id)
+            if not target:
+                continue
+            try:
+                m = await api.view_message(self.instance, target, offset, name)
+            except (RemotingError, BrokerError, ValueError) as exc:  # ValueError: no record boundary at that offset
+                error = exc
+                continue
+            if m.offset_msg_id.upper() == msg_id.upper():
+                return m
+        raise error
 
     # -- access control (RocketMQ's ACL 1.0; the broker needs aclEnable and an admin account) -------------------
 

@@ -313,12 +313,12 @@ def cmd_message_query(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
         if args.key:
-            found = await admin.query_message_by_key(args.topic, args.key, max_num=args.max)
+            found = await admin.query_message_by_key(args.topic, args.key, max_num=args.max, broker_id=args.broker_id or 0)
             if not found:
                 print(f"no message with key {args.key!r} in topic {args.topic}", file=sys.stderr)
                 return EXIT_FAILED
         else:
-            found = [await admin.query_message_by_id(args.id, args.topic)]
+            found = [await admin.query_message_by_id(args.id, args.topic, broker_id=args.broker_id)]
         if args.json:
             for m in found:
                 print(json.dumps(m.to_json(), ensure_ascii=False))
@@ -527,6 +527,8 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--topic", "-t")
     p.add_argument("--max", type=int, default=32, help="at most this many messages by key (default 32)")
     p.add_argument("--body", action="store_true", help="show the bodies")
+    p.add_argument("--broker-id", type=int, metavar="ID",
+                   help="read from this broker of each group (0 the master, 1 the first slave; default the master)")
     p.set_defaults(func=cmd_message_query)
 
     offset = areas.add_parser("offset", help="consumer offsets")
