@@ -55,10 +55,13 @@ def _store_disk_bytes(root: str) -> int:
 
 
 class BrokerCollector:
-    """The broker's series, read from its context when scraped."""
+    """The broker's series, read from its context (and the transaction and timer plugins, when in the bundle) when
+    scraped."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, transactions: Any = None, timer: Any = None) -> None:
         self.ctx = ctx
+        self.transactions = transactions
+        self.timer = timer
 
     def describe(self) -> list[Metric]:
         return []  # computed at scrape time; no registration-time collection
@@ -101,6 +104,38 @@ class BrokerCollector:
         yield from self._lag(base, common)
         yield from self._connections(base, common)
         yield from self._storage(base, common)
+        yield from self._transactions(base, common)
+        yield from self._timer(base, common)
+
+    def _transactions(self, base: list[str], common: list[str]) -> Iterator[Metric]:
+        service = self.transactions
+        if service is None:
+            return
+        commits = CounterMetricFamily(
+            "rocketmq_commit_messages", "Transactions committed, by topic.", labels=base + ["topic"])
+        for topic, n in list(service.commits_by_topic.items()):
+            commits.add_metric(common + [topic], n)
+        rollbacks = CounterMetricFamily(
+            "rocketmq_rollback_messages", "Transactions rolled back, by topic.", labels=base + ["topic"])
+        for topic, n in list(service.rollbacks_by_topic.items()):
+            rollbacks.add_metric(common + [topic], n)
+        service.ingest()  # halves sent since the last check pass or END_TRANSACTION (synchronous, a no-op before load)
+        half = GaugeMetricFamily("rocketmq_half_messages", "Half messages whose transaction is not resolved yet.", labels=base)
+        half.add_metric(common, len(service.pending))
+        yield from (commits, rollbacks, half)
+
+    def _timer(self, base: list[str], common: list[str]) -> Iterator[Metric]:
+        service = self.timer
+        if service is None:
+            return
+        enqueued = CounterMetricFamily("rocketmq_timer_enqueue", "Messages put into the timing wheel.", labels=base)
+        enqueued.add_metric(common, service.enqueued)
+        dequeued = CounterMetricFamily(
+            "rocketmq_timer_dequeue", "Timed messages delivered to their topic.", labels=base)
+        dequeued.add_metric(common, service.delivered)
+        timing = GaugeMetricFamily("rocketmq_timing_messages", "Messages waiting in the timing wheel.", labels=base)
+        timing.add_metric(common, service.wheel.size if service.wheel is not None else 0)
+        yield from (enqueued, dequeued, timing)
 
     def _lag(self, base: list[str], common: list[str]) -> Iterator[Metric]:
         ctx = self.ctx
@@ -194,6 +229,63 @@ class NamesrvCollector:
         yield from (brokers, topics)
 
 
+#: RocketMQ 5.x's rocketmq_rpc_latency buckets (milliseconds)
+RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
+
+
+def _code_name(enum_type: Any, code: int) -> str:
+    """5.x's label value for a request or response code: the constant's name in lower case, else the number."""
+    try:
+        return enum_type(code).name.lower()
+    except ValueError:
+        return str(code)
+
+
+def rpc_latency_histogram(registry: CollectorRegistry) -> Any:
+    from prometheus_client import Histogram
+
+    return Histogram(
+        "rocketmq_rpc_latency", "Time to process a request (milliseconds).",
+        labelnames=["cluster", "node_type", "node_id", "protocol_type", "request_code", "response_code"],
+        buckets=RPC_LATENCY_BUCKETS_MS, registry=registry,
+    )
+
+
+def time_processors(table: dict[int, Any], histogram: Any, common: tuple[str, str, str]) -> dict[int, Any]:
+    """``table`` with each processor wrapped to observe ``rocketmq_rpc_latency`` (ms, 5.x's labels and buckets) in
+    ``histogram`` under ``common`` (cluster, node_type, node_id).
+
+    Applied once at start and only when the exporter is on, so with metrics off a request pays nothing."""
+    from pyrmq.remoting.codes import RequestCode, ResponseCode
+
+    children: dict[tuple[int, int | None], Any] = {}
+
+    def child(request_code: int, response_code: int | None) -> Any:
+        key = (request_code, response_code)
+        found = children.get(key)
+        if found is None:
+            answer = "oneway" if response_code is None else _code_name(ResponseCode, response_code)
+            found = children[key] = histogram.labels(
+                *common, "remoting", _code_name(RequestCode, request_code), answer)
+        return found
+
+    def timed(processor: Any) -> Any:
+        async def run(connection: Any, request: Any, _clock: Any = time.perf_counter) -> Any:
+            start = _clock()
+            response = await processor(connection, request)
+            elapsed_ms = (_clock() - start) * 1000
+            key = (request.code, None if response is None else response.code)
+            found = children.get(key)
+            (child(*key) if found is None else found).observe(elapsed_ms)
+            return response
+
+        run.__wrapped__ = processor  # type: ignore[attr-defined]
+        run.__qualname__ = f"timed({getattr(processor, '__qualname__', processor)!s})"
+        return run
+
+    return {code: timed(processor) for code, processor in table.items()}
+
+
 class MetricsEndpoint:
     """One ``/metrics`` listener and the registry it serves."""
 
@@ -201,6 +293,7 @@ class MetricsEndpoint:
         self.host = host
         self.port = port
         self.registry = CollectorRegistry(auto_describe=False)
+        self.rpc_latency: Any = None  # rocketmq_rpc_latency, made when a role's processors are first timed
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
 
@@ -277,9 +370,24 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     endpoints = kernel.state.find(ENDPOINTS)
     if not endpoints:
         return
+    from pyrmq.plugins.broker.timer import TIMER
+    from pyrmq.plugins.broker.transaction import TRANSACTIONS
+
     for role, endpoint in endpoints.items():
         owner = kernel.state.find(BROKER) if role == "broker" else kernel.state.find(NAMESRV)
-        if owner is not None:
-            endpoint.registry.register(BrokerCollector(owner) if role == "broker" else NamesrvCollector(owner))
+        if owner is None:
+            continue
+        if role == "broker":
+            endpoint.registry.register(
+                BrokerCollector(owner, kernel.state.find(TRANSACTIONS), kernel.state.find(TIMER)))
+            common = (owner.settings.brokerClusterName, "broker", owner.settings.brokerName)
+        else:
+            endpoint.registry.register(NamesrvCollector(owner))
+            common = ("", "namesrv", "")
+        # before the remoting server (trylast) takes the table: timing is chosen here, once
+        if role in kernel.processors:
+            if endpoint.rpc_latency is None:
+                endpoint.rpc_latency = rpc_latency_histogram(endpoint.registry)
+            kernel.processors[role] = time_processors(kernel.processors[role], endpoint.rpc_latency, common)
     for endpoint in {id(e): e for e in endpoints.values()}.values():
         await nursery.start(endpoint.run)
