@@ -13,6 +13,7 @@ Every broker series carries ``cluster``, ``node_type = "broker"`` and ``node_id`
 
 from __future__ import annotations
 
+from bisect import bisect_left
 import logging
 import os
 import time
@@ -241,42 +242,63 @@ def _code_name(enum_type: Any, code: int) -> str:
         return str(code)
 
 
-def rpc_latency_histogram(registry: CollectorRegistry) -> Any:
-    from prometheus_client import Histogram
+class RpcLatency:
+    """``rocketmq_rpc_latency`` of one endpoint: per (role labels, request code, response code) a row of bucket counts
+    (5.x's bounds, then +Inf) and the sum, added to by the timed processors and read as a histogram when scraped.
 
-    return Histogram(
-        "rocketmq_rpc_latency", "Time to process a request (milliseconds).",
-        labelnames=["cluster", "node_type", "node_id", "protocol_type", "request_code", "response_code"],
-        buckets=RPC_LATENCY_BUCKETS_MS, registry=registry,
-    )
+    Plain list cells instead of prometheus_client's Histogram (which takes a lock per observation): one bisect and
+    two additions per request."""
 
+    def __init__(self) -> None:
+        self.cells: dict[tuple[tuple[str, str, str], str, str], list[float]] = {}
 
-def time_processors(table: dict[int, Any], histogram: Any, common: tuple[str, str, str]) -> dict[int, Any]:
-    """``table`` with each processor wrapped to observe ``rocketmq_rpc_latency`` (ms, 5.x's labels and buckets) in
-    ``histogram`` under ``common`` (cluster, node_type, node_id).
+    def cell(self, common: tuple[str, str, str], request_code: int, response_code: int | None) -> list[float]:
+        from pyrmq.remoting.codes import RequestCode, ResponseCode
 
-    Applied once at start and only when the exporter is on, so with metrics off a request pays nothing."""
-    from pyrmq.remoting.codes import RequestCode, ResponseCode
-
-    children: dict[tuple[int, int | None], Any] = {}
-
-    def child(request_code: int, response_code: int | None) -> Any:
-        key = (request_code, response_code)
-        found = children.get(key)
+        answer = "oneway" if response_code is None else _code_name(ResponseCode, response_code)
+        key = (common, _code_name(RequestCode, request_code), answer)
+        found = self.cells.get(key)
         if found is None:
-            answer = "oneway" if response_code is None else _code_name(ResponseCode, response_code)
-            found = children[key] = histogram.labels(
-                *common, "remoting", _code_name(RequestCode, request_code), answer)
+            found = self.cells[key] = [0] * (len(RPC_LATENCY_BUCKETS_MS) + 1) + [0.0]
         return found
 
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "rocketmq_rpc_latency", "Time to process a request (milliseconds).",
+            labels=["cluster", "node_type", "node_id", "protocol_type", "request_code", "response_code"],
+        )
+        bounds = [str(float(b)) for b in RPC_LATENCY_BUCKETS_MS] + ["+Inf"]
+        for (common, request, response), cell in list(self.cells.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip(bounds, cell):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            family.add_metric([*common, "remoting", request, response], buckets, cell[-1])
+        yield family
+
+
+def time_processors(table: dict[int, Any], latency: RpcLatency, common: tuple[str, str, str]) -> dict[int, Any]:
+    """``table`` with each processor wrapped to time its requests into ``latency`` under ``common`` (cluster,
+    node_type, node_id).
+
+    Applied once at start and only when the exporter is on, so with metrics off a request pays nothing."""
+    cells: dict[tuple[int, int | None], list[float]] = {}
+
     def timed(processor: Any) -> Any:
-        async def run(connection: Any, request: Any, _clock: Any = time.perf_counter) -> Any:
+        async def run(connection: Any, request: Any, _clock: Any = time.perf_counter, _bisect: Any = bisect_left,
+                      _bounds: Any = RPC_LATENCY_BUCKETS_MS) -> Any:
             start = _clock()
             response = await processor(connection, request)
-            elapsed_ms = (_clock() - start) * 1000
+            ms = (_clock() - start) * 1000
             key = (request.code, None if response is None else response.code)
-            found = children.get(key)
-            (child(*key) if found is None else found).observe(elapsed_ms)
+            cell = cells.get(key)
+            if cell is None:
+                cell = cells[key] = latency.cell(common, *key)
+            cell[_bisect(_bounds, ms)] += 1
+            cell[-1] += ms
             return response
 
         run.__wrapped__ = processor  # type: ignore[attr-defined]
@@ -293,7 +315,8 @@ class MetricsEndpoint:
         self.host = host
         self.port = port
         self.registry = CollectorRegistry(auto_describe=False)
-        self.rpc_latency: Any = None  # rocketmq_rpc_latency, made when a role's processors are first timed
+        self.rpc_latency = RpcLatency()
+        self.registry.register(self.rpc_latency)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
 
@@ -386,8 +409,6 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
             common = ("", "namesrv", "")
         # before the remoting server (trylast) takes the table: timing is chosen here, once
         if role in kernel.processors:
-            if endpoint.rpc_latency is None:
-                endpoint.rpc_latency = rpc_latency_histogram(endpoint.registry)
             kernel.processors[role] = time_processors(kernel.processors[role], endpoint.rpc_latency, common)
     for endpoint in {id(e): e for e in endpoints.values()}.values():
         await nursery.start(endpoint.run)
