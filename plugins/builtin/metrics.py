@@ -232,6 +232,7 @@ class NamesrvCollector:
 
 #: RocketMQ 5.x's rocketmq_rpc_latency buckets (milliseconds)
 RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
+_RPC_BOUNDS_NS = tuple(ms * 1_000_000 for ms in RPC_LATENCY_BUCKETS_MS)
 
 
 def _code_name(enum_type: Any, code: int) -> str:
@@ -244,22 +245,23 @@ def _code_name(enum_type: Any, code: int) -> str:
 
 class RpcLatency:
     """``rocketmq_rpc_latency`` of one endpoint: per (role labels, request code, response code) a row of bucket counts
-    (5.x's bounds, then +Inf) and the sum, added to by the timed processors and read as a histogram when scraped.
+    (5.x's bounds, then +Inf) and the sum in nanoseconds, added to by the timed processors and read as a histogram
+    in milliseconds when scraped.
 
-    Plain list cells instead of prometheus_client's Histogram (which takes a lock per observation): one bisect and
-    two additions per request."""
+    Plain integer cells instead of prometheus_client's Histogram (which takes a lock per observation): one bisect and
+    two integer additions per request."""
 
     def __init__(self) -> None:
-        self.cells: dict[tuple[tuple[str, str, str], str, str], list[float]] = {}
+        self.cells: dict[tuple[tuple[str, str, str], str, str], list[int]] = {}
 
-    def cell(self, common: tuple[str, str, str], request_code: int, response_code: int | None) -> list[float]:
+    def cell(self, common: tuple[str, str, str], request_code: int, response_code: int | None) -> list[int]:
         from pyrmq.remoting.codes import RequestCode, ResponseCode
 
         answer = "oneway" if response_code is None else _code_name(ResponseCode, response_code)
         key = (common, _code_name(RequestCode, request_code), answer)
         found = self.cells.get(key)
         if found is None:
-            found = self.cells[key] = [0] * (len(RPC_LATENCY_BUCKETS_MS) + 1) + [0.0]
+            found = self.cells[key] = [0] * (len(RPC_LATENCY_BUCKETS_MS) + 2)
         return found
 
     def describe(self) -> list[Metric]:
@@ -276,7 +278,7 @@ class RpcLatency:
             for bound, n in zip(bounds, cell):
                 cumulative += n
                 buckets.append((bound, cumulative))
-            family.add_metric([*common, "remoting", request, response], buckets, cell[-1])
+            family.add_metric([*common, "remoting", request, response], buckets, cell[-1] / 1e6)
         yield family
 
 
@@ -285,27 +287,28 @@ def time_processors(table: dict[int, Any], latency: RpcLatency, common: tuple[st
     node_type, node_id).
 
     Applied once at start and only when the exporter is on, so with metrics off a request pays nothing."""
-    cells: dict[tuple[int, int | None], list[float]] = {}
 
-    def timed(processor: Any) -> Any:
-        async def run(connection: Any, request: Any, _clock: Any = time.perf_counter, _bisect: Any = bisect_left,
-                      _bounds: Any = RPC_LATENCY_BUCKETS_MS) -> Any:
+    def timed(request_code: int, processor: Any) -> Any:
+        by_response: dict[int | None, list[int]] = {}  # this request code's cells, by response code
+
+        async def run(connection: Any, request: Any, _clock: Any = time.perf_counter_ns, _bisect: Any = bisect_left,
+                      _bounds: Any = _RPC_BOUNDS_NS) -> Any:
             start = _clock()
             response = await processor(connection, request)
-            ms = (_clock() - start) * 1000
-            key = (request.code, None if response is None else response.code)
-            cell = cells.get(key)
+            elapsed = _clock() - start
+            code = None if response is None else response.code
+            cell = by_response.get(code)
             if cell is None:
-                cell = cells[key] = latency.cell(common, *key)
-            cell[_bisect(_bounds, ms)] += 1
-            cell[-1] += ms
+                cell = by_response[code] = latency.cell(common, request_code, code)
+            cell[_bisect(_bounds, elapsed)] += 1
+            cell[-1] += elapsed
             return response
 
         run.__wrapped__ = processor  # type: ignore[attr-defined]
         run.__qualname__ = f"timed({getattr(processor, '__qualname__', processor)!s})"
         return run
 
-    return {code: timed(processor) for code, processor in table.items()}
+    return {code: timed(code, processor) for code, processor in table.items()}
 
 
 class MetricsEndpoint:
