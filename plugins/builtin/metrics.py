@@ -7,7 +7,9 @@ bundle that name the same host and port share one endpoint.
 
 Nothing is counted for Prometheus on the send and pull paths: the broker's counters (``plugins/broker/stats.py``) are
 read by a ``prometheus_client`` custom collector when ``/metrics`` is scraped, so switching the exporter on costs
-those paths nothing (bench/metrics_bench.py). Gauges (lag, connections, storage) are computed at scrape time too.
+those paths nothing (bench/metrics_bench.py). Gauges (lag, connections, storage, pending halves, the timing wheel)
+are computed at scrape time too. The one thing measured per request is ``rocketmq_rpc_latency``: when (and only when)
+the exporter is on, each role's processor table is wrapped once at start (:func:`time_processors`).
 Every broker series carries ``cluster``, ``node_type = "broker"`` and ``node_id`` (the broker name), as in 5.x.
 """
 
