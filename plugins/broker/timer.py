@@ -103,6 +103,8 @@ class TimerService:
         self._written_gen = -1
         self.delivered = 0
         self.rolled = 0
+        #: messages put into the wheel (rocketmq_timer_enqueue_total; ``delivered`` is the dequeue total)
+        self.enqueued = 0
         #: lateness in ms of each delivery due at or after ``lags_from_ms`` (only when a list is assigned: benchmarks)
         self.lags: Any = None
         self.lags_from_ms = 0
@@ -324,6 +326,7 @@ class TimerService:
                 wheel.insert(phy, size, roll_at, FLAG_ROLL)
             else:
                 wheel.insert(phy, size, deliver_ms)
+            self.enqueued += 1
         self.enqueue_offset = offset + n
         if n:
             self._changed = True

@@ -142,6 +142,9 @@ class TransactionService:
         self.checks_sent = 0
         self.committed = 0
         self.rolled_back = 0
+        #: real topic -> transactions committed / rolled back (rocketmq_commit/rollback_messages_total)
+        self.commits_by_topic: dict[str, int] = {}
+        self.rollbacks_by_topic: dict[str, int] = {}
         self.given_up = 0
         self.duplicates = 0
 
@@ -311,8 +314,11 @@ class TransactionService:
             # both appends happen in this one synchronous step: nothing runs between them
             self._put(record, "commit")
             self.committed += 1
+            self.commits_by_topic[topic] = self.commits_by_topic.get(topic, 0) + 1
         else:
             self.rolled_back += 1
+            topic = msg.properties.get(REAL_TOPIC) or ""
+            self.rollbacks_by_topic[topic] = self.rollbacks_by_topic.get(topic, 0) + 1
         self._put(self._op_record(half), "op record")
         self._forget(half.origin)
 

@@ -7,12 +7,15 @@ bundle that name the same host and port share one endpoint.
 
 Nothing is counted for Prometheus on the send and pull paths: the broker's counters (``plugins/broker/stats.py``) are
 read by a ``prometheus_client`` custom collector when ``/metrics`` is scraped, so switching the exporter on costs
-those paths nothing (bench/metrics_bench.py). Gauges (lag, connections, storage) are computed at scrape time too.
+those paths nothing (bench/metrics_bench.py). Gauges (lag, connections, storage, pending halves, the timing wheel)
+are computed at scrape time too. The one thing measured per request is ``rocketmq_rpc_latency``: when (and only when)
+the exporter is on, each role's processor table is wrapped once at start (:func:`time_processors`).
 Every broker series carries ``cluster``, ``node_type = "broker"`` and ``node_id`` (the broker name), as in 5.x.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 import logging
 import os
 import time
@@ -55,10 +58,13 @@ def _store_disk_bytes(root: str) -> int:
 
 
 class BrokerCollector:
-    """The broker's series, read from its context when scraped."""
+    """The broker's series, read from its context (and the transaction and timer plugins, when in the bundle) when
+    scraped."""
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, transactions: Any = None, timer: Any = None) -> None:
         self.ctx = ctx
+        self.transactions = transactions
+        self.timer = timer
 
     def describe(self) -> list[Metric]:
         return []  # computed at scrape time; no registration-time collection
@@ -101,6 +107,38 @@ class BrokerCollector:
         yield from self._lag(base, common)
         yield from self._connections(base, common)
         yield from self._storage(base, common)
+        yield from self._transactions(base, common)
+        yield from self._timer(base, common)
+
+    def _transactions(self, base: list[str], common: list[str]) -> Iterator[Metric]:
+        service = self.transactions
+        if service is None:
+            return
+        commits = CounterMetricFamily(
+            "rocketmq_commit_messages", "Transactions committed, by topic.", labels=base + ["topic"])
+        for topic, n in list(service.commits_by_topic.items()):
+            commits.add_metric(common + [topic], n)
+        rollbacks = CounterMetricFamily(
+            "rocketmq_rollback_messages", "Transactions rolled back, by topic.", labels=base + ["topic"])
+        for topic, n in list(service.rollbacks_by_topic.items()):
+            rollbacks.add_metric(common + [topic], n)
+        service.ingest()  # halves sent since the last check pass or END_TRANSACTION (synchronous, a no-op before load)
+        half = GaugeMetricFamily("rocketmq_half_messages", "Half messages whose transaction is not resolved yet.", labels=base)
+        half.add_metric(common, len(service.pending))
+        yield from (commits, rollbacks, half)
+
+    def _timer(self, base: list[str], common: list[str]) -> Iterator[Metric]:
+        service = self.timer
+        if service is None:
+            return
+        enqueued = CounterMetricFamily("rocketmq_timer_enqueue", "Messages put into the timing wheel.", labels=base)
+        enqueued.add_metric(common, service.enqueued)
+        dequeued = CounterMetricFamily(
+            "rocketmq_timer_dequeue", "Timed messages delivered to their topic.", labels=base)
+        dequeued.add_metric(common, service.delivered)
+        timing = GaugeMetricFamily("rocketmq_timing_messages", "Messages waiting in the timing wheel.", labels=base)
+        timing.add_metric(common, service.wheel.size if service.wheel is not None else 0)
+        yield from (enqueued, dequeued, timing)
 
     def _lag(self, base: list[str], common: list[str]) -> Iterator[Metric]:
         ctx = self.ctx
@@ -194,6 +232,87 @@ class NamesrvCollector:
         yield from (brokers, topics)
 
 
+#: RocketMQ 5.x's rocketmq_rpc_latency buckets (milliseconds)
+RPC_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 1000, 2000, 3000)
+_RPC_BOUNDS_NS = tuple(ms * 1_000_000 for ms in RPC_LATENCY_BUCKETS_MS)
+
+
+def _code_name(enum_type: Any, code: int) -> str:
+    """5.x's label value for a request or response code: the constant's name in lower case, else the number."""
+    try:
+        return enum_type(code).name.lower()
+    except ValueError:
+        return str(code)
+
+
+class RpcLatency:
+    """``rocketmq_rpc_latency`` of one endpoint: per (role labels, request code, response code) a row of bucket counts
+    (5.x's bounds, then +Inf) and the sum in nanoseconds, added to by the timed processors and read as a histogram
+    in milliseconds when scraped.
+
+    Plain integer cells instead of prometheus_client's Histogram (which takes a lock per observation): one bisect and
+    two integer additions per request."""
+
+    def __init__(self) -> None:
+        self.cells: dict[tuple[tuple[str, str, str], str, str], list[int]] = {}
+
+    def cell(self, common: tuple[str, str, str], request_code: int, response_code: int | None) -> list[int]:
+        from pyrmq.remoting.codes import RequestCode, ResponseCode
+
+        answer = "oneway" if response_code is None else _code_name(ResponseCode, response_code)
+        key = (common, _code_name(RequestCode, request_code), answer)
+        found = self.cells.get(key)
+        if found is None:
+            found = self.cells[key] = [0] * (len(RPC_LATENCY_BUCKETS_MS) + 2)
+        return found
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(
+            "rocketmq_rpc_latency", "Time to process a request (milliseconds).",
+            labels=["cluster", "node_type", "node_id", "protocol_type", "request_code", "response_code"],
+        )
+        bounds = [str(float(b)) for b in RPC_LATENCY_BUCKETS_MS] + ["+Inf"]
+        for (common, request, response), cell in list(self.cells.items()):
+            cumulative, buckets = 0, []
+            for bound, n in zip(bounds, cell):
+                cumulative += n
+                buckets.append((bound, cumulative))
+            family.add_metric([*common, "remoting", request, response], buckets, cell[-1] / 1e6)
+        yield family
+
+
+def time_processors(table: dict[int, Any], latency: RpcLatency, common: tuple[str, str, str]) -> dict[int, Any]:
+    """``table`` with each processor wrapped to time its requests into ``latency`` under ``common`` (cluster,
+    node_type, node_id).
+
+    Applied once at start and only when the exporter is on, so with metrics off a request pays nothing."""
+
+    def timed(request_code: int, processor: Any) -> Any:
+        by_response: dict[int | None, list[int]] = {}  # this request code's cells, by response code
+
+        async def run(connection: Any, request: Any, _clock: Any = time.perf_counter_ns, _bisect: Any = bisect_left,
+                      _bounds: Any = _RPC_BOUNDS_NS) -> Any:
+            start = _clock()
+            response = await processor(connection, request)
+            elapsed = _clock() - start
+            code = None if response is None else response.code
+            cell = by_response.get(code)
+            if cell is None:
+                cell = by_response[code] = latency.cell(common, request_code, code)
+            cell[_bisect(_bounds, elapsed)] += 1
+            cell[-1] += elapsed
+            return response
+
+        run.__wrapped__ = processor  # type: ignore[attr-defined]
+        run.__qualname__ = f"timed({getattr(processor, '__qualname__', processor)!s})"
+        return run
+
+    return {code: timed(code, processor) for code, processor in table.items()}
+
+
 class MetricsEndpoint:
     """One ``/metrics`` listener and the registry it serves."""
 
@@ -201,6 +320,8 @@ class MetricsEndpoint:
         self.host = host
         self.port = port
         self.registry = CollectorRegistry(auto_describe=False)
+        self.rpc_latency = RpcLatency()
+        self.registry.register(self.rpc_latency)
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
 
@@ -277,9 +398,22 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     endpoints = kernel.state.find(ENDPOINTS)
     if not endpoints:
         return
+    from pyrmq.plugins.broker.timer import TIMER
+    from pyrmq.plugins.broker.transaction import TRANSACTIONS
+
     for role, endpoint in endpoints.items():
         owner = kernel.state.find(BROKER) if role == "broker" else kernel.state.find(NAMESRV)
-        if owner is not None:
-            endpoint.registry.register(BrokerCollector(owner) if role == "broker" else NamesrvCollector(owner))
+        if owner is None:
+            continue
+        if role == "broker":
+            endpoint.registry.register(
+                BrokerCollector(owner, kernel.state.find(TRANSACTIONS), kernel.state.find(TIMER)))
+            common = (owner.settings.brokerClusterName, "broker", owner.settings.brokerName)
+        else:
+            endpoint.registry.register(NamesrvCollector(owner))
+            common = ("", "namesrv", "")
+        # before the remoting server (trylast) takes the table: timing is chosen here, once
+        if role in kernel.processors:
+            kernel.processors[role] = time_processors(kernel.processors[role], endpoint.rpc_latency, common)
     for endpoint in {id(e): e for e in endpoints.values()}.values():
         await nursery.start(endpoint.run)

@@ -19,10 +19,11 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from pyrmq.client import dlq
+from pyrmq.client import BrokerError, dlq
 from pyrmq.client.message import MessageExt
 from pyrmq.plugins.dashboard.auth import COOKIE, SESSION_SECONDS, Sessions
 from pyrmq.plugins.dashboard.backend import FAILURES, Backend, Sample, Unsupported
+from pyrmq.remoting.codes import ResponseCode
 
 PAGE_SIZE = 20
 NAV = [("cluster", "Cluster"), ("topics", "Topics"), ("groups", "Groups"), ("messages", "Messages"),
@@ -146,6 +147,15 @@ class Dashboard:
                 return await handler(request)
             except Unsupported as exc:
                 return self.page(request, "", "Not supported", f'<div class="note">{e(exc)}</div>')
+            except BrokerError as exc:
+                if exc.code != ResponseCode.NO_PERMISSION:
+                    return self.page(request, "", "Error", f'<div class="error">{e(type(exc).__name__)}: {e(exc)}</div>')
+                page = self.page(request, "", "Refused by the broker", (
+                    f'<div class="error" id="refused">The broker refused the dashboard\'s request: {e(exc.remark)} '
+                    "(with ACL on, give the dashboard an account: --access-key/--secret-key or "
+                    "ROCKETMQ_ACCESS_KEY/ROCKETMQ_SECRET_KEY)</div>"))
+                page.status_code = 403
+                return page
             except FAILURES as exc:
                 return self.page(request, "", "Error", f'<div class="error">{e(type(exc).__name__)}: {e(exc)}</div>')
         return run

@@ -74,11 +74,13 @@ class Backend:
     """An Admin client and a producer for the dashboard's life (entered by whoever serves it), plus the sampler's
     history."""
 
-    def __init__(self, namesrv: str, *, interval: float = 5.0, timeout: float = 5.0) -> None:
+    def __init__(self, namesrv: str, *, interval: float = 5.0, timeout: float = 5.0,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.namesrv = namesrv
         self.interval = interval
-        self.admin = Admin(namesrv, timeout=timeout)
-        self.producer = Producer(namesrv, group="PYRMQ_DASHBOARD_PRODUCER")
+        #: ``(access_key, secret_key)`` every request is signed with (a broker with ACL on), else None
+        self.admin = Admin(namesrv, timeout=timeout, credentials=credentials)
+        self.producer = Producer(namesrv, group="PYRMQ_DASHBOARD_PRODUCER", credentials=credentials)
         self.samples: collections.deque[Sample] = collections.deque(maxlen=HISTORY)
         self._last: tuple[float, int, int] | None = None
         #: topics whose page was opened: messages stored per second since then (at most WATCHED topics)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import logging
+import os
 import socket
 import sys
 from typing import Any
@@ -33,8 +34,11 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 async def serve_dashboard(namesrv: str, sock: socket.socket, *, users: str | None = None, interval: float = 5.0,
+                          credentials: tuple[str, str] | None = None,
                           task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve the pages on ``sock`` (already listening) until cancelled; ``task_status.started(url)``."""
+    """Serve the pages on ``sock`` (already listening) until cancelled; ``task_status.started(url)``.
+
+    ``credentials`` (access key, secret key) sign every request the dashboard sends (brokers with ACL on)."""
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
@@ -43,7 +47,7 @@ async def serve_dashboard(namesrv: str, sock: socket.socket, *, users: str | Non
     from pyrmq.plugins.dashboard.backend import Backend
 
     sessions = Sessions(load_users(users)) if users else None
-    backend = Backend(namesrv, interval=interval)
+    backend = Backend(namesrv, interval=interval, credentials=credentials)
     host, port = sock.getsockname()[:2]
     config = Config()
     config.bind = [f"fd://{sock.detach()}"]
@@ -70,12 +74,16 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
         log.warning("dashboard: cannot listen on %s:%d (%s); using a free port", host, port, exc)
         sock = bind(host, 0)
     users = settings.get("users")
+    # ACL: the plugin's access_key / secret_key settings, else the console tools' variables
+    access_key = settings.get("access_key") or os.environ.get("ROCKETMQ_ACCESS_KEY")
+    secret_key = settings.get("secret_key") or os.environ.get("ROCKETMQ_SECRET_KEY")
+    credentials = (str(access_key), str(secret_key)) if access_key and secret_key else None
 
     async def run() -> None:
         namesrv = await kernel.wait_listening("namesrv")
         url = await nursery.start(lambda task_status: serve_dashboard(
             namesrv, sock, users=str(users) if users else None, interval=float(settings.get("interval", 5.0)),
-            task_status=task_status))
+            credentials=credentials, task_status=task_status))
         kernel.mark_listening("dashboard", url)
 
     nursery.start_soon(run)
@@ -99,6 +107,9 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
         except (OSError, UserFileError) as exc:
             print(f"pyrmq dashboard: {exc}", file=sys.stderr)
             return 2
+    from pyrmq.client.console import credentials
+
+    signed_with = credentials(args)
     try:
         sock = bind(args.host, args.port)
     except OSError as exc:
@@ -108,7 +119,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     async def main() -> None:
         async with trio.open_nursery() as nursery:
             url = await nursery.start(lambda task_status: serve_dashboard(
-                args.namesrv, sock, users=args.users, interval=args.interval, task_status=task_status))
+                args.namesrv, sock, users=args.users, interval=args.interval, credentials=signed_with,
+                task_status=task_status))
             print(f"pyrmq dashboard: {url} (name server {args.namesrv}; Ctrl-C stops)", flush=True)
 
     try:
@@ -129,4 +141,8 @@ def pyrmq_add_commands(subparsers: argparse._SubParsersAction, kernel_cli: Any) 
     p.add_argument("--users", metavar="FILE", help="user file (name:hash lines): login required")
     p.add_argument("--user", default="admin", help="hash-password: the user name of the line (default admin)")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between TPS samples (default 5)")
+    p.add_argument("--access-key", metavar="KEY", default=os.environ.get("ROCKETMQ_ACCESS_KEY") or None,
+                   help="ACL access key: sign every request (default: $ROCKETMQ_ACCESS_KEY)")
+    p.add_argument("--secret-key", metavar="SECRET", default=os.environ.get("ROCKETMQ_SECRET_KEY") or None,
+                   help="ACL secret key (default: $ROCKETMQ_SECRET_KEY; prefer the variable)")
     p.set_defaults(func=cmd_dashboard)

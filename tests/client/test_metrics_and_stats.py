@@ -8,7 +8,10 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from pyrmq.client import api
-from pyrmq.client import Admin, BrokerError, Message, MessageQueue, Producer, PullConsumer, PullStatus
+from pyrmq.client import (
+    Admin, BrokerError, LocalTransactionState, Message, MessageQueue, Producer, PullConsumer, PullStatus,
+    TransactionProducer,
+)
 from pyrmq.plugins.builtin.metrics import ENDPOINTS
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -125,6 +128,69 @@ async def test_metrics_counters_agree_with_what_was_sent_and_consumed(dev_metric
     assert status == "HTTP/1.1 200 OK"
     assert value(samples(text), "rocketmq_namesrv_brokers", cluster="DefaultCluster") == 1
     assert (await http_get(endpoints["broker"].port, "/nope"))[0] == "HTTP/1.1 404 Not Found"
+
+
+async def scrape(port: int) -> dict:
+    status, text = await http_get(port, "/metrics")
+    assert status == "HTTP/1.1 200 OK"
+    return samples(text)
+
+
+async def test_transaction_timer_and_rpc_latency_series_agree_with_what_was_done(dev_metrics, name):
+    kernel = dev_metrics
+    namesrv = kernel.listening["namesrv"]
+    port = kernel.state.get(ENDPOINTS)["broker"].port
+    topic, timed = name("Tx"), name("Timed")
+    async with Admin(namesrv) as admin:
+        await admin.create_topic(topic, 1)
+        await admin.create_topic(timed, 1)
+    states = [LocalTransactionState.COMMIT, LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK,
+              LocalTransactionState.UNKNOWN]
+
+    async def local(msg, state):
+        return state
+
+    # the check-back answers UNKNOWN too: the last half stays pending (first check after transactionTimeOut anyway)
+    async with TransactionProducer(namesrv, name("TP"), check_local=lambda m: LocalTransactionState.UNKNOWN) as tp:
+        for i, state in enumerate(states):
+            result = await tp.send_in_transaction(Message(topic, b"t%d" % i), local, state)
+            assert result.local_state is state
+    async with Producer(namesrv, name("P")) as producer:
+        await producer.send(Message(timed, b"soon", properties={"TIMER_DELAY_SEC": "1"}))
+        await producer.send(Message(timed, b"later", properties={"TIMER_DELAY_SEC": "3600"}))
+        await producer.send(Message(topic, b"plain"))
+    sends = len(states) + 3
+
+    common = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+    with trio.fail_after(15):  # END_TRANSACTION is one-way and the wheel delivers within about a second
+        while True:
+            table = await scrape(port)
+            done = [v for (n, _), v in table.items() if n == "rocketmq_timer_dequeue_total"]
+            commits = [v for (n, ls), v in table.items() if n == "rocketmq_commit_messages_total"]
+            if done == [1] and sum(commits) == 2:
+                break
+            await trio.sleep(0.05)
+    assert value(table, "rocketmq_commit_messages_total", topic=topic, **common) == 2
+    assert value(table, "rocketmq_rollback_messages_total", topic=topic, **common) == 1
+    assert value(table, "rocketmq_half_messages", **common) == 1
+    assert value(table, "rocketmq_timer_enqueue_total", **common) == 2
+    assert value(table, "rocketmq_timer_dequeue_total", **common) == 1
+    assert value(table, "rocketmq_timing_messages", **common) == 1
+    rpc = dict(common, protocol_type="remoting", request_code="send_message_v2", response_code="success")
+    assert value(table, "rocketmq_rpc_latency_count", **rpc) == sends
+    assert value(table, "rocketmq_rpc_latency_bucket", le="+Inf", **rpc) == sends
+    assert value(table, "rocketmq_rpc_latency_sum", **rpc) > 0
+    # the name server's requests are timed on its own endpoint (routes asked by the producers)
+    ns = await scrape(kernel.state.get(ENDPOINTS)["namesrv"].port)
+    assert value(ns, "rocketmq_rpc_latency_count", node_type="namesrv", request_code="get_routeinfo_by_topic",
+                 response_code="success") >= 1
+
+
+async def test_with_metrics_off_the_processors_are_not_wrapped(start_role):
+    kernel = await start_role("dev", {})
+    assert ENDPOINTS not in kernel.state
+    for table in kernel.processors.values():
+        assert not any("timed(" in getattr(p, "__qualname__", "") for p in table.values())
 
 
 async def test_update_broker_config_changes_runtime_settings_and_refuses_the_rest(dev_metrics, name):
