@@ -399,7 +399,7 @@ def test_mqadmin_status_stats_and_a_running_pyrmq_consumer(java):
         assert sorted(again) == [f"py-{i}" for i in range(6)]
 
     broker_status = mqadmin(java, "brokerStatus", "-b", java.broker_addr)
-    table = dict(re.findall(r"^(\w+)\s*:\s*(.*)$", broker_status, re.M))
+    table = dict(re.findall(r"^(\w+)[ \t]*:[ \t]*(.*)$", broker_status, re.M))
     assert int(table["msgPutTotalTodayNow"]) >= 6 and int(table["msgGetTotalTodayNow"]) >= 12, broker_status
     assert table["brokerVersionDesc"].startswith("V4_9_8")
 
