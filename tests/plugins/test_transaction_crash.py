@@ -141,14 +141,18 @@ def start_broker(store_dir, namesrv_port, port, log_path, interval_ms):
 
 
 async def wait_serving(client, addr, proc):
+    """Until the broker answers and its name server routes TBW102 to it (a first send to a new topic needs both)."""
+    namesrv = f"127.0.0.1:{proc.args[proc.args.index('--namesrv-port') + 1]}"
     with trio.fail_after(30):
         while True:
             assert proc.poll() is None, "the broker exited"
             try:
                 r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": "TBW102", "queueId": "0"}), timeout=1)
                 if r.code == ResponseCode.SUCCESS:
-                    return
-            except Exception:  # noqa: BLE001 - not listening yet
+                    async with Admin(namesrv) as admin:
+                        if (await admin.topic_route("TBW102")).broker_datas:
+                            return
+            except Exception:  # noqa: BLE001 - not listening or not registered yet
                 pass
             await trio.sleep(0.1)
 
