@@ -9,7 +9,8 @@ Nothing is counted for Prometheus on the send and pull paths: the broker's count
 read by a ``prometheus_client`` custom collector when ``/metrics`` is scraped, so switching the exporter on costs
 those paths nothing (bench/metrics_bench.py). Gauges (lag, connections, storage, pending halves, the timing wheel)
 are computed at scrape time too. The one thing measured per request is ``rocketmq_rpc_latency``: when (and only when)
-the exporter is on, each role's processor table is wrapped once at start (:func:`time_processors`).
+the exporter is on, the role's remoting servers get a ``request_timer`` at start (:meth:`RpcLatency.recorder`), which
+the connection calls after each processor with one ``monotonic_ns`` pair; with the exporter off it is None.
 Every broker series carries ``cluster``, ``node_type = "broker"`` and ``node_id`` (the broker name), as in 5.x.
 """
 
@@ -30,6 +31,8 @@ from prometheus_client.process_collector import ProcessCollector
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.stats import MESSAGE_SIZE_BUCKETS
+from pyrmq.plugins.builtin.remoting_server import SERVERS
+from pyrmq.remoting.codes import RPC_ONEWAY
 
 log = logging.getLogger("pyrmq.metrics")
 
@@ -247,11 +250,11 @@ def _code_name(enum_type: Any, code: int) -> str:
 
 class RpcLatency:
     """``rocketmq_rpc_latency`` of one endpoint: per (role labels, request code, response code) a row of bucket counts
-    (5.x's bounds, then +Inf) and the sum in nanoseconds, added to by the timed processors and read as a histogram
-    in milliseconds when scraped.
+    (5.x's bounds, then +Inf) and the sum in nanoseconds, added to by :meth:`recorder`'s function and read as a
+    histogram in milliseconds when scraped.
 
-    Plain integer cells instead of prometheus_client's Histogram (which takes a lock per observation): one bisect and
-    two integer additions per request."""
+    Plain integer rows instead of prometheus_client's Histogram (which takes a lock per observation). A role's rows
+    for its processors' successful answers are made at start, so timing a request allocates nothing."""
 
     def __init__(self) -> None:
         self.cells: dict[tuple[tuple[str, str, str], str, str], list[int]] = {}
@@ -265,6 +268,39 @@ class RpcLatency:
         if found is None:
             found = self.cells[key] = [0] * (len(RPC_LATENCY_BUCKETS_MS) + 2)
         return found
+
+    def recorder(self, common: tuple[str, str, str], codes: Any = ()) -> Any:
+        """The remoting server's ``request_timer`` for a role labelled ``common`` whose processors answer ``codes``:
+        ``record(request, response, elapsed_ns)``, called by the connection after each processor.
+
+        A successful answer (nearly all) costs one dict lookup of a row made here, a comparison (under 1 ms: the
+        first bucket, else a bisect) and two integer additions. Oneway requests count under ``oneway``; a request
+        whose processor answers later (a long-polling pull) is not timed here: its time is the wait."""
+        success = {int(code): self.cell(common, code, 0) for code in codes}
+        cell = self.cell
+        first = _RPC_BOUNDS_NS[0]
+
+        def other(request: Any, response: Any) -> list[int] | None:
+            if response is not None:
+                if response.code == 0:  # a code without a processor made at start (a plugin's, added later)
+                    row = success[request.code] = cell(common, request.code, 0)
+                    return row
+                return cell(common, request.code, response.code)
+            return cell(common, request.code, None) if request.flag & RPC_ONEWAY else None  # else: answered later
+
+        def record(request: Any, response: Any, elapsed: int) -> None:
+            try:
+                if response.code:
+                    raise KeyError
+                row = success[request.code]
+            except (AttributeError, KeyError):  # no response (oneway, later) or not a success: a row by code
+                row = other(request, response)
+                if row is None:
+                    return
+            row[0 if elapsed <= first else bisect_left(_RPC_BOUNDS_NS, elapsed)] += 1
+            row[-1] += elapsed
+
+        return record
 
     def describe(self) -> list[Metric]:
         return []
@@ -280,37 +316,9 @@ class RpcLatency:
             for bound, n in zip(bounds, cell):
                 cumulative += n
                 buckets.append((bound, cumulative))
-            family.add_metric([*common, "remoting", request, response], buckets, cell[-1] / 1e6)
+            if cumulative:  # rows made at start for codes never requested are left out
+                family.add_metric([*common, "remoting", request, response], buckets, cell[-1] / 1e6)
         yield family
-
-
-def time_processors(table: dict[int, Any], latency: RpcLatency, common: tuple[str, str, str]) -> dict[int, Any]:
-    """``table`` with each processor wrapped to time its requests into ``latency`` under ``common`` (cluster,
-    node_type, node_id).
-
-    Applied once at start and only when the exporter is on, so with metrics off a request pays nothing."""
-
-    def timed(request_code: int, processor: Any) -> Any:
-        by_response: dict[int | None, list[int]] = {}  # this request code's cells, by response code
-
-        async def run(connection: Any, request: Any, _clock: Any = time.perf_counter_ns, _bisect: Any = bisect_left,
-                      _bounds: Any = _RPC_BOUNDS_NS) -> Any:
-            start = _clock()
-            response = await processor(connection, request)
-            elapsed = _clock() - start
-            code = None if response is None else response.code
-            cell = by_response.get(code)
-            if cell is None:
-                cell = by_response[code] = latency.cell(common, request_code, code)
-            cell[_bisect(_bounds, elapsed)] += 1
-            cell[-1] += elapsed
-            return response
-
-        run.__wrapped__ = processor  # type: ignore[attr-defined]
-        run.__qualname__ = f"timed({getattr(processor, '__qualname__', processor)!s})"
-        return run
-
-    return {code: timed(code, processor) for code, processor in table.items()}
 
 
 class MetricsEndpoint:
@@ -412,8 +420,10 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
         else:
             endpoint.registry.register(NamesrvCollector(owner))
             common = ("", "namesrv", "")
-        # before the remoting server (trylast) takes the table: timing is chosen here, once
-        if role in kernel.processors:
-            kernel.processors[role] = time_processors(kernel.processors[role], endpoint.rpc_latency, common)
+        # timing is chosen here, once: the role's remoting listeners call the recorder directly after each request
+        record = endpoint.rpc_latency.recorder(common, kernel.processors.get(role, {}))
+        for listener, server in (kernel.state.find(SERVERS) or {}).items():
+            if listener == role or listener.startswith(role + "-"):  # broker-vip: the broker's fast port
+                server.request_timer = record
     for endpoint in {id(e): e for e in endpoints.values()}.values():
         await nursery.start(endpoint.run)

@@ -13,6 +13,7 @@ from pyrmq.client import (
     TransactionProducer,
 )
 from pyrmq.plugins.builtin.metrics import ENDPOINTS
+from pyrmq.plugins.builtin.remoting_server import SERVERS
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 
@@ -191,6 +192,16 @@ async def test_with_metrics_off_the_processors_are_not_wrapped(start_role):
     assert ENDPOINTS not in kernel.state
     for table in kernel.processors.values():
         assert not any("timed(" in getattr(p, "__qualname__", "") for p in table.values())
+    # nor timed by their connections: no listener has a request timer
+    assert {name: server.request_timer for name, server in kernel.state.get(SERVERS).items()} == {
+        "namesrv": None, "broker": None}
+
+
+async def test_with_metrics_on_every_listener_of_a_role_times_its_requests(dev_metrics):
+    servers = dev_metrics.state.get(SERVERS)
+    assert set(servers) == {"namesrv", "broker"}  # dev binds port 0: no VIP listener
+    assert all(server.request_timer is not None for server in servers.values())
+    assert servers["namesrv"].request_timer is not servers["broker"].request_timer  # node_type differs
 
 
 async def test_update_broker_config_changes_runtime_settings_and_refuses_the_rest(dev_metrics, name):
