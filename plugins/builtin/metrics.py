@@ -126,22 +126,50 @@ class BrokerCollector:
         for topic, n in list(service.rollbacks_by_topic.items()):
             rollbacks.add_metric(common + [topic], n)
         service.ingest()  # halves sent since the last check pass or END_TRANSACTION (synchronous, a no-op before load)
-        half = GaugeMetricFamily("rocketmq_half_messages", "Half messages whose transaction is not resolved yet.", labels=base)
-        half.add_metric(common, len(service.pending))
+        pending: dict[str, int] = {}
+        for half in list(service.pending.values()):
+            pending[half.topic] = pending.get(half.topic, 0) + 1
+        # a topic that had transactions stays at 0 once they are resolved (5.x keeps its count too)
+        for topic in (*service.commits_by_topic, *service.rollbacks_by_topic):
+            pending.setdefault(topic, 0)
+        half = GaugeMetricFamily(
+            "rocketmq_half_messages", "Half messages whose transaction is not resolved yet, by topic.",
+            labels=base + ["topic"])
+        for topic, n in sorted(pending.items()):
+            half.add_metric(common + [topic], n)
         yield from (commits, rollbacks, half)
 
     def _timer(self, base: list[str], common: list[str]) -> Iterator[Metric]:
         service = self.timer
         if service is None:
             return
-        enqueued = CounterMetricFamily("rocketmq_timer_enqueue", "Messages put into the timing wheel.", labels=base)
-        enqueued.add_metric(common, service.enqueued)
+        topic_labels = base + ["topic"]
+        by_topic = service.timing_by_topic or {}
+        enqueued = CounterMetricFamily(
+            "rocketmq_timer_enqueue", "Messages put into the timing wheel, by topic.", labels=topic_labels)
+        for topic, n in sorted(service.enqueued_by_topic.items()):
+            enqueued.add_metric(common + [topic], n)
         dequeued = CounterMetricFamily(
-            "rocketmq_timer_dequeue", "Timed messages delivered to their topic.", labels=base)
-        dequeued.add_metric(common, service.delivered)
-        timing = GaugeMetricFamily("rocketmq_timing_messages", "Messages waiting in the timing wheel.", labels=base)
-        timing.add_metric(common, service.wheel.size if service.wheel is not None else 0)
+            "rocketmq_timer_dequeue", "Timed messages delivered to their topic, by topic.", labels=topic_labels)
+        for topic, n in sorted(service.delivered_by_topic.items()):
+            dequeued.add_metric(common + [topic], n)
+        timing = GaugeMetricFamily(
+            "rocketmq_timing_messages", "Messages waiting in the timing wheel, by topic.", labels=topic_labels)
+        for topic in sorted(set(by_topic) | set(service.delivered_by_topic)):
+            timing.add_metric(common + [topic], by_topic.get(topic, 0))
         yield from (enqueued, dequeued, timing)
+        # how far behind the service is: parked but not yet in the wheel, due but not yet delivered (5.x's names)
+        enqueue_lag, enqueue_ms = service.enqueue_behind()
+        dequeue_lag, dequeue_ms = service.dequeue_behind()
+        for name, help_text, value in (
+            ("rocketmq_timer_enqueue_lag", "Timed messages parked but not yet in the timing wheel.", enqueue_lag),
+            ("rocketmq_timer_enqueue_latency", "Age of the oldest of them (milliseconds).", enqueue_ms),
+            ("rocketmq_timer_dequeue_lag", "Timed messages due but not yet delivered.", dequeue_lag),
+            ("rocketmq_timer_dequeue_latency", "How late the oldest of them is (milliseconds).", dequeue_ms),
+        ):
+            gauge = GaugeMetricFamily(name, help_text, labels=base)
+            gauge.add_metric(common, value)
+            yield gauge
 
     def _lag(self, base: list[str], common: list[str]) -> Iterator[Metric]:
         ctx = self.ctx
@@ -414,8 +442,10 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
         if owner is None:
             continue
         if role == "broker":
-            endpoint.registry.register(
-                BrokerCollector(owner, kernel.state.find(TRANSACTIONS), kernel.state.find(TIMER)))
+            timer = kernel.state.find(TIMER)
+            if timer is not None:
+                timer.track_topics()  # rocketmq_timing_messages by topic
+            endpoint.registry.register(BrokerCollector(owner, kernel.state.find(TRANSACTIONS), timer))
             common = (owner.settings.brokerClusterName, "broker", owner.settings.brokerName)
         else:
             endpoint.registry.register(NamesrvCollector(owner))
