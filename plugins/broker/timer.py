@@ -40,7 +40,7 @@ from pyrmq.kernel.kernel import StateKey
 from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
 from pyrmq.remoting.codes import ResponseCode
-from pyrmq.remoting.message import HEADER_STRUCTS, INT, decode_properties
+from pyrmq.remoting.message import HEADER_STRUCTS, INT
 from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.consume_queue import BLANK_SIZE
 from pyrmq.store.format import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, MessageRecord
@@ -61,6 +61,7 @@ MAX_DELAY_DAYS = 400
 ENQUEUE_BATCH = 4096
 RETRY_AFTER_S = 1.0
 _OFFSET = struct.Struct(">q")
+_REAL_TOPIC_KEY = PROPERTY_REAL_TOPIC.encode() + b"\x01"  # a property's name and separator in a record
 
 
 #: transaction types that are never scheduled (a prepared or rolled-back message is not delivered at all)
@@ -145,7 +146,7 @@ class TimerService:
     def _real_topic(self, phy: int, size: int) -> str:
         """The REAL_TOPIC of the parked record at ``phy`` ("" when it is gone): only its properties (the last field)
         are decoded."""
-        view = self.store.look_message_bytes_by_offset(phy, size)
+        view = self.store.commit_log.get_data(phy, size)
         if view is None:
             return ""
         try:
@@ -154,7 +155,15 @@ class TimerService:
             p += 1 + view[p] + 2  # the topic, the properties' length
         except (struct.error, IndexError):
             return ""
-        return decode_properties(view[p:]).get(PROPERTY_REAL_TOPIC, "")
+        props = bytes(view[p:])
+        at = props.find(_REAL_TOPIC_KEY)
+        while at > 0 and props[at - 1] != 2:  # a longer name ending in REAL_TOPIC: look further
+            at = props.find(_REAL_TOPIC_KEY, at + 1)
+        if at < 0:
+            return ""
+        start = at + len(_REAL_TOPIC_KEY)
+        end = props.find(b"\x02", start)
+        return props[start:end if end >= 0 else len(props)].decode("utf-8", "replace")
 
     def _left_wheel(self, topic: str) -> None:
         counts = self.timing_by_topic
