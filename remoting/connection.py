@@ -39,8 +39,8 @@ import logging
 import math
 import os
 import socket as _stdlib_socket
-from time import monotonic_ns as _monotonic_ns
 from collections.abc import Awaitable, Callable
+from time import monotonic_ns as _monotonic_ns
 from typing import Any, Optional
 
 import outcome
