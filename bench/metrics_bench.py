@@ -299,7 +299,13 @@ async def measure(sends: int, block: int, socket_sends: int, socket_block: int) 
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
+    def paired(series: str, mode: str) -> float:
+        """Median over rounds of (mode / off) - 1 for one round's adjacent blocks: robust to the machine's drift."""
+        ratios = sorted(a / b for a, b in zip(sock[mode][series], sock["off"][series]))
+        return ratios[len(ratios) // 2] - 1
+
     return {
+        "paired": {m: {k: paired(k, m) for k in ("send", "pull", "cpu", "pull_cpu")} for m in MODES[1:]},
         # CPU: the mean over all blocks (the modes alternate block by block, so the machine's load adds to each alike)
         "socket": {m: (1 / fast_quarter(t["send"]), 1 / fast_quarter(t["pull"]), sum(t["cpu"]) / len(t["cpu"]),
                        sum(t["pull_cpu"]) / len(t["pull_cpu"])) for m, t in sock.items()},
@@ -341,6 +347,11 @@ async def main(sends: int, block: int, socket_sends: int, socket_block: int) -> 
         print(f"{'overhead ' + mode:28}{100 * (1 - sock[mode][0] / sock['off'][0]):>9.1f}%"
               f"{100 * (1 - sock[mode][1] / sock['off'][1]):>9.1f}%"
               f"{100 * (sock[mode][2] / sock['off'][2] - 1):>12.1f}%{100 * (sock[mode][3] / sock['off'][3] - 1):>12.1f}%")
+    print("paired (median over rounds of each block against the adjacent 'off' block; time and CPU per request):")
+    for mode in MODES[1:]:
+        d = r["paired"][mode]
+        print(f"{'overhead ' + mode:28}{100 * d['send']:>9.1f}%{100 * d['pull']:>9.1f}%{100 * d['cpu']:>12.1f}%"
+              f"{100 * d['pull_cpu']:>12.1f}%")
     print()
     print(f"in-process: {sends} sends and {sends // block * 12} pulls of 32 per mode, processors called directly, "
           f"in blocks of {block} sends + 12 pulls taking turns")
