@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 
 import trio
 
-from .command import MAX_FRAME_SIZE
+from .command import MAX_FRAME_SIZE, RemotingCommand
 from .connection import Connection, Processor
 
 __all__ = ["RemotingServer"]
@@ -64,6 +64,8 @@ class RemotingServer:
         self.max_frame_size = max_frame_size
         self.backlog = backlog
         self.name = name
+        #: ``request_timer(request, response, elapsed_ns)`` after each processed request (rocketmq_rpc_latency), or None
+        self.request_timer: Callable[[RemotingCommand, RemotingCommand | None, int], None] | None = None
         self._conns: dict[int, Connection] = {}
         self._scope: trio.CancelScope | None = None
 

@@ -40,6 +40,7 @@ from pyrmq.kernel.kernel import StateKey
 from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
 from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.message import HEADER_STRUCTS, INT
 from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.consume_queue import BLANK_SIZE
 from pyrmq.store.format import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, MessageRecord
@@ -60,6 +61,7 @@ MAX_DELAY_DAYS = 400
 ENQUEUE_BATCH = 4096
 RETRY_AFTER_S = 1.0
 _OFFSET = struct.Struct(">q")
+_REAL_TOPIC_KEY = PROPERTY_REAL_TOPIC.encode() + b"\x01"  # a property's name and separator in a record
 
 
 #: transaction types that are never scheduled (a prepared or rolled-back message is not delivered at all)
@@ -105,6 +107,14 @@ class TimerService:
         self.rolled = 0
         #: messages put into the wheel (rocketmq_timer_enqueue_total; ``delivered`` is the dequeue total)
         self.enqueued = 0
+        #: per real topic: deliveries (rocketmq_timer_dequeue_total{topic})
+        self.delivered_by_topic: dict[str, int] = {}
+        #: per real topic, once :meth:`track_topics` was called (the metrics exporter): messages in the wheel
+        #: (rocketmq_timing_messages{topic}) and put into it (rocketmq_timer_enqueue_total{topic}); None = not tracked
+        self.timing_by_topic: dict[str, int] | None = None
+        self.enqueued_by_topic: dict[str, int] = {}
+        #: (entries, delivery time in ms of the first) that the last pass could not deliver (put back, retried)
+        self.stalled: tuple[int, int] | None = None
         #: lateness in ms of each delivery due at or after ``lags_from_ms`` (only when a list is assigned: benchmarks)
         self.lags: Any = None
         self.lags_from_ms = 0
@@ -112,6 +122,82 @@ class TimerService:
     @property
     def clock(self):
         return self.store.clock
+
+    # -- metrics -----------------------------------------------------------------------------------------------
+
+    def track_topics(self) -> None:
+        """Count the wheel's messages per real topic from now on (what the metrics exporter shows): the wheel's
+        current entries are read once (here, or at load), then each enqueue reads its record's REAL_TOPIC."""
+        if self.timing_by_topic is not None:
+            return
+        self.timing_by_topic = {}
+        if self.wheel is not None:
+            self._count_wheel()
+
+    def _count_wheel(self) -> None:
+        counts = self.timing_by_topic
+        skip = self._skip
+        for _, phy, size, _ in self.wheel.entries():
+            if skip and phy in skip:
+                continue  # delivered before a crash: skipped, never delivered again
+            topic = self._real_topic(phy, size)
+            counts[topic] = counts.get(topic, 0) + 1
+
+    def _real_topic(self, phy: int, size: int) -> str:
+        """The REAL_TOPIC of the parked record at ``phy`` ("" when it is gone): only its properties (the last field)
+        are decoded."""
+        view = self.store.commit_log.get_data(phy, size)
+        if view is None:
+            return ""
+        try:
+            p = HEADER_STRUCTS[(INT.unpack_from(view, 36)[0] >> 4) & 3].size
+            p += INT.unpack_from(view, p - 4)[0]  # the body
+            p += 1 + view[p] + 2  # the topic, the properties' length
+        except (struct.error, IndexError):
+            return ""
+        props = bytes(view[p:])
+        at = props.find(_REAL_TOPIC_KEY)
+        while at > 0 and props[at - 1] != 2:  # a longer name ending in REAL_TOPIC: look further
+            at = props.find(_REAL_TOPIC_KEY, at + 1)
+        if at < 0:
+            return ""
+        start = at + len(_REAL_TOPIC_KEY)
+        end = props.find(b"\x02", start)
+        return props[start:end if end >= 0 else len(props)].decode("utf-8", "replace")
+
+    def _left_wheel(self, topic: str) -> None:
+        counts = self.timing_by_topic
+        if counts is not None and counts.get(topic, 0) > 0:
+            counts[topic] -= 1
+
+    def dequeue_behind(self) -> tuple[int, int]:
+        """(messages due but not delivered yet, how late the first of them is in ms): rocketmq_timer_dequeue_lag and
+        rocketmq_timer_dequeue_latency. Entries put back after a failed delivery wait in the slot processed next,
+        which may lie a second ahead: they are counted from :attr:`stalled` until the clock reaches it."""
+        if self.wheel is None:
+            return 0, 0
+        now_ms = self.clock()
+        now_sec = now_ms // 1000
+        count, first = self.wheel.due(now_sec)
+        oldest = None if first is None else first * 1000
+        stalled = self.stalled
+        if stalled is not None and self.wheel.cur > now_sec:
+            count += stalled[0]
+            oldest = stalled[1] if oldest is None else min(oldest, stalled[1])
+        return count, max(now_ms - oldest, 0) if count and oldest is not None else 0
+
+    def enqueue_behind(self) -> tuple[int, int]:
+        """(parked messages not yet in the wheel, age in ms of the oldest of them): rocketmq_timer_enqueue_lag and
+        rocketmq_timer_enqueue_latency."""
+        cq = self.store.consume_queues.get(TIMER_TOPIC, 0)
+        if cq is None:
+            return 0, 0
+        offset = max(self.enqueue_offset, cq.min_offset)
+        behind = max(cq.max_offset - offset, 0)
+        if not behind:
+            return 0, 0
+        stored = self.store.get_message_store_timestamp(TIMER_TOPIC, 0, offset)
+        return behind, max(self.clock() - stored, 0) if stored > 0 else 0
 
     # -- send path ---------------------------------------------------------------------------------------------
 
@@ -208,6 +294,8 @@ class TimerService:
             self._skip_until_offset = cq.max_offset if cq is not None else 0
             self._skip_until_sec = self.clock() // 1000
         self.wheel = wheel
+        if self.timing_by_topic is not None:
+            self._count_wheel()
         self._done_gen += 1
         self._open_done()
         log.info("timer wheel at %d s: %d entries, enqueue offset %d", wheel.cur, wheel.size, self.enqueue_offset)
@@ -317,6 +405,7 @@ class TimerService:
         wheel = self.wheel
         skip = self._skip
         roll_at = self.clock() + self.roll_ms
+        by_topic = self.timing_by_topic
         n = 0
         for phy, size, deliver_ms in units:
             n += 1
@@ -327,6 +416,10 @@ class TimerService:
             else:
                 wheel.insert(phy, size, deliver_ms)
             self.enqueued += 1
+            if by_topic is not None:
+                topic = self._real_topic(phy, size)
+                by_topic[topic] = by_topic.get(topic, 0) + 1
+                self.enqueued_by_topic[topic] = self.enqueued_by_topic.get(topic, 0) + 1
         self.enqueue_offset = offset + n
         if n:
             self._changed = True
@@ -347,8 +440,10 @@ class TimerService:
                 if failed:
                     for deliver_ms, phy, size, flags in failed:
                         wheel.insert(phy, size, deliver_ms, flags)
+                    self.stalled = (len(failed), failed[0][0])
                     await trio.sleep(RETRY_AFTER_S)
                 else:
+                    self.stalled = None
                     await trio.sleep(0)
                 continue
             nxt = wheel.next_work()
@@ -393,6 +488,8 @@ class TimerService:
             log.warning("timer: delivering the record at %d failed: %s %s", phy, result.status.name, result.remark or "")
             return False
         self.delivered += 1
+        self.delivered_by_topic[topic] = self.delivered_by_topic.get(topic, 0) + 1
+        self._left_wheel(topic)
         if self.lags is not None and deliver_ms >= self.lags_from_ms:
             self.lags.append(result.append.store_timestamp - deliver_ms)
         return True
@@ -406,6 +503,7 @@ class TimerService:
         if result.status is not PutMessageStatus.PUT_OK:
             return False
         self.rolled += 1
+        self._left_wheel(msg.properties.get(PROPERTY_REAL_TOPIC, ""))  # its new copy is counted when enqueued
         return True
 
     @staticmethod

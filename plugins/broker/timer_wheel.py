@@ -209,6 +209,42 @@ class TimingWheel:
         due.sort()
         return due
 
+    # -- reading (metrics) ---------------------------------------------------------------------------------------
+
+    def entries(self) -> Iterator[tuple[int, int, int, int]]:
+        """Every entry in the wheel as (deliver_ms, phy, size, flags), slot by slot; the wheel is not changed."""
+        if self._buf:
+            self.write_out()
+        for idx in range(LEVELS * SLOTS):
+            pos = self.heads[idx]
+            while pos >= 0:
+                prev, phy, deliver_ms, size, flags = self._read(pos)
+                yield deliver_ms, phy, size, flags
+                pos = prev
+
+    def due(self, now_sec: int) -> tuple[int, int | None]:
+        """(entries due at or before ``now_sec`` and not taken yet, the first second they fall in or None): what
+        processing is behind. Counts whole slots: level 0 up to ``now_sec``, higher-level windows that have ended."""
+        cur = self.cur
+        counts = self.counts
+        total, first = 0, None
+        for s in range(cur, min(now_sec, cur + SLOTS - 1) + 1):
+            n = counts[s & MASK]
+            if n:
+                total += n
+                first = s if first is None else first
+        for k in range(1, LEVELS):
+            shift = BITS * k
+            w = -(-cur >> shift)
+            for w in range(w, w + SLOTS):
+                if ((w + 1) << shift) - 1 > now_sec:
+                    break
+                n = counts[k * SLOTS + (w & MASK)]
+                if n:
+                    total += n
+                    first = w << shift if first is None else min(first, w << shift)
+        return total, first
+
     # -- persistence -------------------------------------------------------------------------------------------
 
     def snapshot(self, enqueue_offset: int, extra: int = 0) -> bytes:

@@ -98,6 +98,7 @@ class Half:
     checks: int
     group: str
     immunity_ms: int | None
+    topic: str = ""  #: the transaction's real topic (rocketmq_half_messages' ``topic`` label)
 
 
 class TransactionError(Exception):
@@ -235,7 +236,7 @@ class TransactionService:
         self._forget(origin)
         self.pending[origin] = Half(
             origin, queue_offset, msg.commit_log_offset, msg.total_size, msg.born_timestamp, msg.store_timestamp,
-            checks, props.get(PGROUP, ""), immunity_ms,
+            checks, props.get(PGROUP, ""), immunity_ms, props.get(REAL_TOPIC, ""),
         )
         self._origin_of[queue_offset] = origin
 

@@ -9,7 +9,8 @@ Nothing is counted for Prometheus on the send and pull paths: the broker's count
 read by a ``prometheus_client`` custom collector when ``/metrics`` is scraped, so switching the exporter on costs
 those paths nothing (bench/metrics_bench.py). Gauges (lag, connections, storage, pending halves, the timing wheel)
 are computed at scrape time too. The one thing measured per request is ``rocketmq_rpc_latency``: when (and only when)
-the exporter is on, each role's processor table is wrapped once at start (:func:`time_processors`).
+the exporter is on, the role's remoting servers get a ``request_timer`` at start (:meth:`RpcLatency.recorder`), which
+the connection calls after each processor with one ``monotonic_ns`` pair; with the exporter off it is None.
 Every broker series carries ``cluster``, ``node_type = "broker"`` and ``node_id`` (the broker name), as in 5.x.
 """
 
@@ -30,6 +31,8 @@ from prometheus_client.process_collector import ProcessCollector
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.stats import MESSAGE_SIZE_BUCKETS
+from pyrmq.plugins.builtin.remoting_server import SERVERS
+from pyrmq.remoting.codes import RPC_ONEWAY
 
 log = logging.getLogger("pyrmq.metrics")
 
@@ -123,22 +126,50 @@ class BrokerCollector:
         for topic, n in list(service.rollbacks_by_topic.items()):
             rollbacks.add_metric(common + [topic], n)
         service.ingest()  # halves sent since the last check pass or END_TRANSACTION (synchronous, a no-op before load)
-        half = GaugeMetricFamily("rocketmq_half_messages", "Half messages whose transaction is not resolved yet.", labels=base)
-        half.add_metric(common, len(service.pending))
+        pending: dict[str, int] = {}
+        for half in list(service.pending.values()):
+            pending[half.topic] = pending.get(half.topic, 0) + 1
+        # a topic that had transactions stays at 0 once they are resolved (5.x keeps its count too)
+        for topic in (*service.commits_by_topic, *service.rollbacks_by_topic):
+            pending.setdefault(topic, 0)
+        half = GaugeMetricFamily(
+            "rocketmq_half_messages", "Half messages whose transaction is not resolved yet, by topic.",
+            labels=base + ["topic"])
+        for topic, n in sorted(pending.items()):
+            half.add_metric(common + [topic], n)
         yield from (commits, rollbacks, half)
 
     def _timer(self, base: list[str], common: list[str]) -> Iterator[Metric]:
         service = self.timer
         if service is None:
             return
-        enqueued = CounterMetricFamily("rocketmq_timer_enqueue", "Messages put into the timing wheel.", labels=base)
-        enqueued.add_metric(common, service.enqueued)
+        topic_labels = base + ["topic"]
+        by_topic = service.timing_by_topic or {}
+        enqueued = CounterMetricFamily(
+            "rocketmq_timer_enqueue", "Messages put into the timing wheel, by topic.", labels=topic_labels)
+        for topic, n in sorted(service.enqueued_by_topic.items()):
+            enqueued.add_metric(common + [topic], n)
         dequeued = CounterMetricFamily(
-            "rocketmq_timer_dequeue", "Timed messages delivered to their topic.", labels=base)
-        dequeued.add_metric(common, service.delivered)
-        timing = GaugeMetricFamily("rocketmq_timing_messages", "Messages waiting in the timing wheel.", labels=base)
-        timing.add_metric(common, service.wheel.size if service.wheel is not None else 0)
+            "rocketmq_timer_dequeue", "Timed messages delivered to their topic, by topic.", labels=topic_labels)
+        for topic, n in sorted(service.delivered_by_topic.items()):
+            dequeued.add_metric(common + [topic], n)
+        timing = GaugeMetricFamily(
+            "rocketmq_timing_messages", "Messages waiting in the timing wheel, by topic.", labels=topic_labels)
+        for topic in sorted(set(by_topic) | set(service.delivered_by_topic)):
+            timing.add_metric(common + [topic], by_topic.get(topic, 0))
         yield from (enqueued, dequeued, timing)
+        # how far behind the service is: parked but not yet in the wheel, due but not yet delivered (5.x's names)
+        enqueue_lag, enqueue_ms = service.enqueue_behind()
+        dequeue_lag, dequeue_ms = service.dequeue_behind()
+        for name, help_text, value in (
+            ("rocketmq_timer_enqueue_lag", "Timed messages parked but not yet in the timing wheel.", enqueue_lag),
+            ("rocketmq_timer_enqueue_latency", "Age of the oldest of them (milliseconds).", enqueue_ms),
+            ("rocketmq_timer_dequeue_lag", "Timed messages due but not yet delivered.", dequeue_lag),
+            ("rocketmq_timer_dequeue_latency", "How late the oldest of them is (milliseconds).", dequeue_ms),
+        ):
+            gauge = GaugeMetricFamily(name, help_text, labels=base)
+            gauge.add_metric(common, value)
+            yield gauge
 
     def _lag(self, base: list[str], common: list[str]) -> Iterator[Metric]:
         ctx = self.ctx
@@ -247,11 +278,11 @@ def _code_name(enum_type: Any, code: int) -> str:
 
 class RpcLatency:
     """``rocketmq_rpc_latency`` of one endpoint: per (role labels, request code, response code) a row of bucket counts
-    (5.x's bounds, then +Inf) and the sum in nanoseconds, added to by the timed processors and read as a histogram
-    in milliseconds when scraped.
+    (5.x's bounds, then +Inf) and the sum in nanoseconds, added to by :meth:`recorder`'s function and read as a
+    histogram in milliseconds when scraped.
 
-    Plain integer cells instead of prometheus_client's Histogram (which takes a lock per observation): one bisect and
-    two integer additions per request."""
+    Plain integer rows instead of prometheus_client's Histogram (which takes a lock per observation). A role's rows
+    for its processors' successful answers are made at start, so timing a request allocates nothing."""
 
     def __init__(self) -> None:
         self.cells: dict[tuple[tuple[str, str, str], str, str], list[int]] = {}
@@ -265,6 +296,39 @@ class RpcLatency:
         if found is None:
             found = self.cells[key] = [0] * (len(RPC_LATENCY_BUCKETS_MS) + 2)
         return found
+
+    def recorder(self, common: tuple[str, str, str], codes: Any = ()) -> Any:
+        """The remoting server's ``request_timer`` for a role labelled ``common`` whose processors answer ``codes``:
+        ``record(request, response, elapsed_ns)``, called by the connection after each processor.
+
+        A successful answer (nearly all) costs one dict lookup of a row made here, a comparison (under 1 ms: the
+        first bucket, else a bisect) and two integer additions. Oneway requests count under ``oneway``; a request
+        whose processor answers later (a long-polling pull) is not timed here: its time is the wait."""
+        success = {int(code): self.cell(common, code, 0) for code in codes}
+        cell = self.cell
+        first = _RPC_BOUNDS_NS[0]
+
+        def other(request: Any, response: Any) -> list[int] | None:
+            if response is not None:
+                if response.code == 0:  # a code without a processor made at start (a plugin's, added later)
+                    row = success[request.code] = cell(common, request.code, 0)
+                    return row
+                return cell(common, request.code, response.code)
+            return cell(common, request.code, None) if request.flag & RPC_ONEWAY else None  # else: answered later
+
+        def record(request: Any, response: Any, elapsed: int) -> None:
+            try:
+                if response.code:
+                    raise KeyError
+                row = success[request.code]
+            except (AttributeError, KeyError):  # no response (oneway, later) or not a success: a row by code
+                row = other(request, response)
+                if row is None:
+                    return
+            row[0 if elapsed <= first else bisect_left(_RPC_BOUNDS_NS, elapsed)] += 1
+            row[-1] += elapsed
+
+        return record
 
     def describe(self) -> list[Metric]:
         return []
@@ -280,37 +344,9 @@ class RpcLatency:
             for bound, n in zip(bounds, cell):
                 cumulative += n
                 buckets.append((bound, cumulative))
-            family.add_metric([*common, "remoting", request, response], buckets, cell[-1] / 1e6)
+            if cumulative:  # rows made at start for codes never requested are left out
+                family.add_metric([*common, "remoting", request, response], buckets, cell[-1] / 1e6)
         yield family
-
-
-def time_processors(table: dict[int, Any], latency: RpcLatency, common: tuple[str, str, str]) -> dict[int, Any]:
-    """``table`` with each processor wrapped to time its requests into ``latency`` under ``common`` (cluster,
-    node_type, node_id).
-
-    Applied once at start and only when the exporter is on, so with metrics off a request pays nothing."""
-
-    def timed(request_code: int, processor: Any) -> Any:
-        by_response: dict[int | None, list[int]] = {}  # this request code's cells, by response code
-
-        async def run(connection: Any, request: Any, _clock: Any = time.perf_counter_ns, _bisect: Any = bisect_left,
-                      _bounds: Any = _RPC_BOUNDS_NS) -> Any:
-            start = _clock()
-            response = await processor(connection, request)
-            elapsed = _clock() - start
-            code = None if response is None else response.code
-            cell = by_response.get(code)
-            if cell is None:
-                cell = by_response[code] = latency.cell(common, request_code, code)
-            cell[_bisect(_bounds, elapsed)] += 1
-            cell[-1] += elapsed
-            return response
-
-        run.__wrapped__ = processor  # type: ignore[attr-defined]
-        run.__qualname__ = f"timed({getattr(processor, '__qualname__', processor)!s})"
-        return run
-
-    return {code: timed(code, processor) for code, processor in table.items()}
 
 
 class MetricsEndpoint:
@@ -406,14 +442,18 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
         if owner is None:
             continue
         if role == "broker":
-            endpoint.registry.register(
-                BrokerCollector(owner, kernel.state.find(TRANSACTIONS), kernel.state.find(TIMER)))
+            timer = kernel.state.find(TIMER)
+            if timer is not None:
+                timer.track_topics()  # rocketmq_timing_messages by topic
+            endpoint.registry.register(BrokerCollector(owner, kernel.state.find(TRANSACTIONS), timer))
             common = (owner.settings.brokerClusterName, "broker", owner.settings.brokerName)
         else:
             endpoint.registry.register(NamesrvCollector(owner))
             common = ("", "namesrv", "")
-        # before the remoting server (trylast) takes the table: timing is chosen here, once
-        if role in kernel.processors:
-            kernel.processors[role] = time_processors(kernel.processors[role], endpoint.rpc_latency, common)
+        # timing is chosen here, once: the role's remoting listeners call the recorder directly after each request
+        record = endpoint.rpc_latency.recorder(common, kernel.processors.get(role, {}))
+        for listener, server in (kernel.state.find(SERVERS) or {}).items():
+            if listener == role or listener.startswith(role + "-"):  # broker-vip: the broker's fast port
+                server.request_timer = record
     for endpoint in {id(e): e for e in endpoints.values()}.values():
         await nursery.start(endpoint.run)

@@ -13,6 +13,7 @@ from pyrmq.client import (
     TransactionProducer,
 )
 from pyrmq.plugins.builtin.metrics import ENDPOINTS
+from pyrmq.plugins.builtin.remoting_server import SERVERS
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 
@@ -191,6 +192,16 @@ async def test_with_metrics_off_the_processors_are_not_wrapped(start_role):
     assert ENDPOINTS not in kernel.state
     for table in kernel.processors.values():
         assert not any("timed(" in getattr(p, "__qualname__", "") for p in table.values())
+    # nor timed by their connections: no listener has a request timer
+    assert {name: server.request_timer for name, server in kernel.state.get(SERVERS).items()} == {
+        "namesrv": None, "broker": None}
+
+
+async def test_with_metrics_on_every_listener_of_a_role_times_its_requests(dev_metrics):
+    servers = dev_metrics.state.get(SERVERS)
+    assert set(servers) == {"namesrv", "broker"}  # dev binds port 0: no VIP listener
+    assert all(server.request_timer is not None for server in servers.values())
+    assert servers["namesrv"].request_timer is not servers["broker"].request_timer  # node_type differs
 
 
 async def test_update_broker_config_changes_runtime_settings_and_refuses_the_rest(dev_metrics, name):
@@ -235,3 +246,115 @@ async def test_roles_naming_one_port_share_one_endpoint(start_role, free_port):
     assert status == "HTTP/1.1 200 OK"
     assert value(table, "rocketmq_namesrv_brokers", cluster="DefaultCluster") == 1
     assert value(table, "rocketmq_topic_number", node_id="broker-a") > 0
+
+
+async def test_half_and_timing_gauges_by_topic_and_the_timer_lag_when_deliveries_stall(dev_metrics, name):
+    kernel = dev_metrics
+    namesrv = kernel.listening["namesrv"]
+    port = kernel.state.get(ENDPOINTS)["broker"].port
+    tx_a, tx_b, timed_a, timed_b = name("TxA"), name("TxB"), name("TimedA"), name("TimedB")
+    async with Admin(namesrv) as admin:
+        for topic in (tx_a, tx_b, timed_a, timed_b):
+            await admin.create_topic(topic, 1)
+
+    async def local(msg, state):
+        return state
+
+    # pending halves: one of tx_a (the other committed), two of tx_b (the third rolled back)
+    async with TransactionProducer(namesrv, name("TP"), check_local=lambda m: LocalTransactionState.UNKNOWN) as tp:
+        for topic, state in ((tx_a, LocalTransactionState.COMMIT), (tx_a, LocalTransactionState.UNKNOWN),
+                             (tx_b, LocalTransactionState.UNKNOWN), (tx_b, LocalTransactionState.UNKNOWN),
+                             (tx_b, LocalTransactionState.ROLLBACK)):
+            await tp.send_in_transaction(Message(topic, b"t"), local, state)
+    async with Producer(namesrv, name("P")) as producer:
+        await producer.send(Message(timed_a, b"later", properties={"TIMER_DELAY_SEC": "3600"}))
+        for _ in range(2):
+            await producer.send(Message(timed_b, b"later", properties={"TIMER_DELAY_SEC": "3600"}))
+        await producer.send(Message(timed_b, b"soon", properties={"TIMER_DELAY_SEC": "1"}))
+
+        common = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+        with trio.fail_after(15):
+            while True:
+                table = await scrape(port)
+                resolved = [v for (n, _), v in table.items() if n in ("rocketmq_commit_messages_total",
+                                                                    "rocketmq_rollback_messages_total")]
+                if [v for (n, _), v in table.items() if n == "rocketmq_timer_dequeue_total"] == [1] and sum(resolved) == 2:
+                    break
+                await trio.sleep(0.05)
+        assert value(table, "rocketmq_half_messages", topic=tx_a, **common) == 1
+        assert value(table, "rocketmq_half_messages", topic=tx_b, **common) == 2
+        assert value(table, "rocketmq_commit_messages_total", topic=tx_a) == 1
+        assert value(table, "rocketmq_rollback_messages_total", topic=tx_b) == 1
+        assert value(table, "rocketmq_timing_messages", topic=timed_a, **common) == 1
+        assert value(table, "rocketmq_timing_messages", topic=timed_b, **common) == 2
+        assert value(table, "rocketmq_timer_enqueue_total", topic=timed_a) == 1
+        assert value(table, "rocketmq_timer_enqueue_total", topic=timed_b) == 3
+        assert value(table, "rocketmq_timer_dequeue_total", topic=timed_b) == 1
+        for gauge in ("rocketmq_timer_enqueue_lag", "rocketmq_timer_enqueue_latency", "rocketmq_timer_dequeue_lag",
+                      "rocketmq_timer_dequeue_latency"):
+            assert value(table, gauge, **common) == 0  # caught up
+
+        # the disk fills (the store's own refusal, fed a 99 % measure): a message falling due cannot be delivered
+        from pyrmq.plugins.broker.core import BROKER
+
+        retention = kernel.state.get(BROKER).store.retention
+        measure = retention.disk_usage
+        await producer.send(Message(timed_a, b"stalled", properties={"TIMER_DELAY_SEC": "2"}))
+        retention.disk_usage = lambda path: 0.99
+        try:
+            retention.check_disk()
+            with trio.fail_after(15):
+                while True:
+                    table = await scrape(port)
+                    if value(table, "rocketmq_timer_dequeue_latency", **common) > 0:
+                        break
+                    await trio.sleep(0.1)
+            assert value(table, "rocketmq_timer_dequeue_lag", **common) == 1
+            assert value(table, "rocketmq_timing_messages", topic=timed_a) == 2
+            assert value(table, "rocketmq_timer_dequeue_total", topic=timed_b) == 1
+            assert [v for (n, ls), v in table.items() if n == "rocketmq_timer_dequeue_total"
+                    and ("topic", timed_a) in ls] == []
+        finally:
+            retention.disk_usage = measure
+            retention.check_disk()
+        # room again: the retry delivers it and the lag is gone
+        with trio.fail_after(15):
+            while True:
+                table = await scrape(port)
+                if [v for (n, ls), v in table.items() if n == "rocketmq_timer_dequeue_total" and ("topic", timed_a) in ls] == [1]:
+                    break
+                await trio.sleep(0.1)
+        assert value(table, "rocketmq_timer_dequeue_lag", **common) == 0
+        assert value(table, "rocketmq_timer_dequeue_latency", **common) == 0
+        assert value(table, "rocketmq_timing_messages", topic=timed_a) == 1
+
+
+async def test_timing_messages_by_topic_after_a_restart(start_role, tmp_path, name):
+    settings = dict(METRICS_ON, **{"broker.storePathRootDir": str(tmp_path / "store-kept")})
+    topic_a, topic_b = name("TimedA"), name("TimedB")
+    common = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+    first = await start_role("dev", settings)
+    async with Admin(first.listening["namesrv"]) as admin:
+        with trio.fail_after(10):
+            while not (await admin.cluster_info()).brokers:
+                await trio.sleep(0.02)
+        for topic in (topic_a, topic_b):
+            await admin.create_topic(topic, 1)
+    async with Producer(first.listening["namesrv"], name("P")) as producer:
+        for topic in (topic_a, topic_b, topic_b):
+            await producer.send(Message(topic, b"later", properties={"TIMER_DELAY_SEC": "3600"}))
+    port = first.state.get(ENDPOINTS)["broker"].port
+    with trio.fail_after(10):
+        while value(await scrape(port), "rocketmq_timer_enqueue_total", topic=topic_b) != 2:
+            await trio.sleep(0.05)
+    first.request_stop()
+    with trio.fail_after(15):  # stopped: the wheel's snapshot written, the store closed
+        while first.nursery is not None:
+            await trio.sleep(0.05)
+
+    second = await start_role("dev", settings)
+    table = await scrape(second.state.get(ENDPOINTS)["broker"].port)
+    # the wheel came back from its snapshot; its entries are counted by their records' topics
+    assert value(table, "rocketmq_timing_messages", topic=topic_a, **common) == 1
+    assert value(table, "rocketmq_timing_messages", topic=topic_b, **common) == 2
+    assert [n for (n, _), v in table.items() if n == "rocketmq_timer_enqueue_total"] == []  # counters start again
