@@ -25,7 +25,10 @@ from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.plugins.broker.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.store.format import decode_message
 
-__all__ = ["RETRY_GROUP_TOPIC_PREFIX", "ConsumerFilterData", "ConsumerFilterManager", "RetryTopicFilter", "is_tag_type"]
+__all__ = [
+    "RETRY_GROUP_TOPIC_PREFIX", "ConsumerFilterData", "ConsumerFilterManager", "FilterResultsDispatcher", "ResultsFilter",
+    "RetryTopicFilter", "is_tag_type",
+]
 
 log = logging.getLogger("pyrmq.broker.filter")
 
@@ -51,10 +54,16 @@ class ConsumerFilterData:
     born_time: int = attrs.Factory(_now_ms)
     dead_time: int = 0
     compiled: Any = attrs.field(default=None, eq=False, repr=False)
+    #: queue id -> the compiled filter's answers for the messages dispatched since this data was registered
+    results: dict[int, QueueResults] = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
     def dead(self) -> bool:
         return self.dead_time >= self.born_time
+
+    def pull_filter(self, queue_id: int) -> ResultsFilter:
+        """The filter of a pull of ``queue_id``: the answers kept at dispatch, the compiled filter for the rest."""
+        return ResultsFilter(self.compiled, self.results.get(queue_id))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +81,8 @@ class ConsumerFilterManager:
         self.clean_after_ms = clean_after_ms
         self.by_topic: dict[str, dict[str, ConsumerFilterData]] = {}
         self.dirty = False
+        #: called with (topic, group) when a heartbeat changed a group's expression (the pull path wakes its pulls)
+        self.listeners: list[Callable[[str, str], None]] = []
 
     def _build(self, topic: str, group: str, expression: str, expression_type: str, version: int) -> ConsumerFilterData | None:
         try:
@@ -116,6 +127,8 @@ class ConsumerFilterManager:
         else:
             by_group[group] = data
         self.dirty = True
+        for listener in self.listeners:
+            listener(topic, group)
 
     def get(self, topic: str, group: str) -> ConsumerFilterData | None:
         by_group = self.by_topic.get(topic)
@@ -178,6 +191,92 @@ class ConsumerFilterManager:
     def persist_if_dirty(self) -> None:
         if self.dirty:
             self.persist()
+
+
+#: answers kept per queue and filter (one byte a message); past it the older half is dropped (those messages are
+#: then evaluated at the commit log again)
+MAX_KEPT_RESULTS = 1 << 21
+
+
+class QueueResults:
+    """A filter's answers for one queue: ``answers[i]`` is 1 when the message at consume-queue offset ``start + i``
+    matched."""
+
+    __slots__ = ("start", "answers")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.answers = bytearray()
+
+
+class FilterResultsDispatcher:
+    """Store dispatcher: evaluates each live registered property filter (SQL92) of the record's topic on the
+    properties the write path already decoded, and keeps the answer per consume-queue offset, so a pull of that group
+    decides on the consume-queue entry alone, as a tag filter does (Java's ``CommitLogDispatcherCalcBitMap`` keeps a
+    bloom-filter bit per group in the consume-queue ext file; pyrmq keeps the exact answer in memory: see
+    docs/decisions.md). Messages stored before a group's filter data was registered (or changed, or before a
+    restart) have no answer kept and are evaluated on the commit log at pull time."""
+
+    name = "filter-results"
+    order = 15  # after the consume queue (0) and the index (10), before the long-polling wake-up (20)
+
+    def __init__(self, filters: ConsumerFilterManager, max_kept: int = MAX_KEPT_RESULTS) -> None:
+        self.filters = filters
+        self.max_kept = max_kept
+
+    def dispatch(self, request: Any) -> None:
+        by_group = self.filters.by_topic.get(request.topic)
+        if not by_group:
+            return
+        for data in by_group.values():
+            check = getattr(data.compiled, "is_matched_by_properties", None)
+            if check is None or data.dead_time >= data.born_time:
+                continue
+            kept = data.results.get(request.queue_id)
+            offset = request.queue_offset
+            if kept is None or offset != kept.start + len(kept.answers):
+                kept = data.results[request.queue_id] = QueueResults(offset)  # new, or a gap (the data was dead)
+            elif len(kept.answers) >= self.max_kept:
+                half = len(kept.answers) // 2
+                del kept.answers[:half]
+                kept.start += half
+            kept.answers.append(1 if check(request.properties) else 0)
+
+
+class ResultsFilter:
+    """A pull's filter for a group with registered filter data: the answer kept at dispatch where there is one (no
+    commit-log read for a message that does not match), the compiled filter on the record otherwise."""
+
+    __slots__ = ("compiled", "kept", "_known")
+
+    def __init__(self, compiled: Any, kept: QueueResults | None) -> None:
+        self.compiled = compiled
+        self.kept = kept
+        self._known = False
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        return True
+
+    def is_matched_by_consume_queue_at(self, tags_code: int, queue_offset: int) -> bool:
+        kept = self.kept
+        if kept is not None:
+            i = queue_offset - kept.start
+            if 0 <= i < len(kept.answers):
+                if kept.answers[i]:
+                    self._known = True
+                    return True
+                return False
+        self._known = False
+        return True
+
+    def is_matched_by_commit_log(self, record: memoryview) -> bool:
+        return self._known or bool(self.compiled.is_matched_by_commit_log(record))
+
+    def is_matched_by_properties(self, properties: dict[str, str]) -> bool:
+        return bool(self.compiled.is_matched_by_properties(properties))
+
+    def __repr__(self) -> str:
+        return f"ResultsFilter({self.compiled!r})"
 
 
 class RetryTopicFilter:
