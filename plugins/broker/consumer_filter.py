@@ -80,9 +80,22 @@ class ConsumerFilterManager:
         self._persist = persist
         self.clean_after_ms = clean_after_ms
         self.by_topic: dict[str, dict[str, ConsumerFilterData]] = {}
+        #: bumped by every change (what the dispatch-time evaluation caches its list of live filters by)
+        self.generation = 0
         self.dirty = False
         #: called with (topic, group) when a heartbeat changed a group's expression (the pull path wakes its pulls)
         self.listeners: list[Callable[[str, str], None]] = []
+
+    @property
+    def dirty(self) -> bool:
+        """Changed since the last persist."""
+        return self._dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self._dirty = value
+        if value:
+            self.generation += 1
 
     def _build(self, topic: str, group: str, expression: str, expression_type: str, version: int) -> ConsumerFilterData | None:
         try:
@@ -183,6 +196,7 @@ class ConsumerFilterManager:
                 if filter_data.dead_time == 0:
                     filter_data.dead_time = max(now - 30_000, filter_data.born_time)
                 self.by_topic.setdefault(filter_data.topic, {})[filter_data.consumer_group] = filter_data
+        self.generation += 1
 
     def persist(self) -> None:
         self._persist(self.encode())
@@ -223,24 +237,39 @@ class FilterResultsDispatcher:
     def __init__(self, filters: ConsumerFilterManager, max_kept: int = MAX_KEPT_RESULTS) -> None:
         self.filters = filters
         self.max_kept = max_kept
+        self._generation = -1
+        #: topic -> (results by queue, check) of each live filter data with a property check
+        self._live: dict[str, list[tuple[dict[int, QueueResults], Callable[[dict[str, str]], bool]]]] = {}
+
+    def _collect(self) -> None:
+        self._generation = self.filters.generation
+        live: dict[str, list[tuple[dict[int, QueueResults], Callable[[dict[str, str]], bool]]]] = {}
+        for topic, by_group in self.filters.by_topic.items():
+            for data in by_group.values():
+                check = getattr(data.compiled, "is_matched_by_properties", None)
+                if check is not None and not data.dead:
+                    live.setdefault(topic, []).append((data.results, check))
+        self._live = live
 
     def dispatch(self, request: Any) -> None:
-        by_group = self.filters.by_topic.get(request.topic)
-        if not by_group:
+        if self._generation != self.filters.generation:
+            self._collect()
+        live = self._live.get(request.topic)
+        if live is None:
             return
-        for data in by_group.values():
-            check = getattr(data.compiled, "is_matched_by_properties", None)
-            if check is None or data.dead_time >= data.born_time:
-                continue
-            kept = data.results.get(request.queue_id)
-            offset = request.queue_offset
-            if kept is None or offset != kept.start + len(kept.answers):
-                kept = data.results[request.queue_id] = QueueResults(offset)  # new, or a gap (the data was dead)
-            elif len(kept.answers) >= self.max_kept:
-                half = len(kept.answers) // 2
-                del kept.answers[:half]
-                kept.start += half
-            kept.answers.append(1 if check(request.properties) else 0)
+        queue_id, offset, properties = request.queue_id, request.queue_offset, request.properties
+        for results, check in live:
+            kept = results.get(queue_id)
+            if kept is None:
+                kept = results[queue_id] = QueueResults(offset)
+            else:
+                n = len(kept.answers)
+                if offset != kept.start + n:
+                    kept = results[queue_id] = QueueResults(offset)  # a gap: the data was dead for a while
+                elif n >= self.max_kept:
+                    del kept.answers[: n // 2]
+                    kept.start += n // 2
+            kept.answers.append(check(properties))
 
 
 class ResultsFilter:
