@@ -125,5 +125,6 @@ def pyrmq_configure(kernel: Any) -> None:
         return
     for key in ("enableCalcFilterBitMap", "enableConsumeQueueExt"):
         if getattr(settings, key, False):
-            log.warning("%s=true is ignored: pyrmq keeps no bloom-filter bitmaps in a consume-queue ext file; SQL92 "
-                        "filters read each candidate message's properties (docs/decisions.md)", key)
+            log.warning("%s=true is ignored: pyrmq keeps no bloom-filter bitmaps in a consume-queue ext file; "
+                        "registered SQL92 filters are evaluated at dispatch and their answers kept in memory "
+                        "(docs/decisions.md)", key)
