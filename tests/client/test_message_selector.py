@@ -160,3 +160,12 @@ async def test_running_push_consumer_changes_its_expression(sql_dev, name):
                 await trio.sleep(0.05)
         await trio.sleep(0.5)  # nothing more arrives
     assert sorted(got) == sorted([f"a{i}" for i in range(2, 30, 3)] + [f"b{i}" for i in range(30) if i % 3 != 2])
+
+
+def test_subscribing_again_always_gives_a_newer_version():
+    consumer = PushConsumer("127.0.0.1:1", "g_sql")  # never started: nothing reaches the network
+    versions = []
+    for i in range(50):  # many within one millisecond
+        consumer.subscribe("T", sql=f"a = {i}")
+        versions.append(consumer.subscriptions["T"].version)
+    assert all(later > earlier for earlier, later in zip(versions, versions[1:]))
