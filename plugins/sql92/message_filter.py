@@ -63,7 +63,10 @@ class PropertyReader:
         self._keys = tuple((name, sep + name.encode() + nv, name.encode() + nv) for name in sorted(names))
 
     def __call__(self, record: memoryview) -> dict[str, str]:
-        data = _properties_bytes(record).tobytes()
+        return self.read(_properties_bytes(record).tobytes(), record)
+
+    def read(self, data: bytes, record: memoryview) -> dict[str, str]:
+        """From the record's property bytes ``data``."""
         props: dict[str, str] = {}
         for name, inner, first in self._keys:
             i = data.rfind(inner)
@@ -84,19 +87,28 @@ class PropertyReader:
 class Sql92MessageFilter:
     """A compiled SQL92 subscription as the store's two-step ``MessageFilter``."""
 
-    __slots__ = ("expression", "_ev", "_read")
+    __slots__ = ("expression", "_ev", "_read", "_required")
 
     def __init__(self, expression: Sql92Expression) -> None:
         self.expression = expression
         self._ev = expression._ev
-        self._read = PropertyReader(expression.names)
+        self._read = PropertyReader(expression.names).read
+        self._required = expression.required or ()
 
     def is_matched_by_consume_queue(self, tags_code: int) -> bool:
         return True
 
     def is_matched_by_commit_log(self, record: memoryview) -> bool:
+        data = _properties_bytes(record).tobytes()
+        if self._required:
+            # an expression that needs region = 'eu' cannot match a record without the bytes region SOH eu
+            for segment in self._required:
+                if segment in data:
+                    break
+            else:
+                return False
         try:
-            return self._ev(self._read(record)) is True  # type: ignore[operator]
+            return self._ev(self._read(data, record)) is True  # type: ignore[operator]
         except EvaluationError:
             return False
 

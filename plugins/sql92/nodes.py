@@ -10,7 +10,7 @@ null is null, with only the right side null is FALSE; ``< <= > >=`` with a null 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .jvalues import EvaluationError, JLong, double_cmp, java_compare, java_str, parse_boolean, parse_double, parse_int, parse_long
@@ -21,18 +21,21 @@ Eval = Callable[[Props], Any]
 
 class Node:
     """``constant``: a literal (Java ``ConstantExpression``); ``boolean``: yields a Boolean (``BooleanExpression``);
-    ``prop``: a bare property name. ``folded`` holds the value of a literal or a negated literal, else is absent."""
+    ``prop``: a bare property name. ``folded`` holds the value of a literal or a negated literal, else is absent.
+    ``required``: byte strings of which a message's property text must contain one for the node to be TRUE (each a
+    ``name``-SOH-``value`` segment the node tests for), or None when nothing simple is required."""
 
-    __slots__ = ("ev", "text", "constant", "boolean", "prop", "folded", "value")
+    __slots__ = ("ev", "text", "constant", "boolean", "prop", "folded", "required")
 
     def __init__(self, ev: Eval, text: str, *, constant: bool = False, boolean: bool = False, prop: str | None = None,
-                 folded: tuple[Any] | None = None) -> None:
+                 folded: tuple[Any] | None = None, required: tuple[bytes, ...] | None = None) -> None:
         self.ev = ev
         self.text = text
         self.constant = constant
         self.boolean = boolean
         self.prop = prop
         self.folded = folded
+        self.required = required
 
     def __repr__(self) -> str:
         return self.text
@@ -101,7 +104,12 @@ def _logic(a: Node, b: Node, dominant: bool, op: str) -> Node:
             return None
         return not dominant
 
-    return Node(ev, f"({a.text} {op} {b.text})", boolean=True)
+    if dominant:  # OR is TRUE only if a side is: one of either side's segments
+        required = a.required + b.required if a.required and b.required else None
+    else:  # AND is TRUE only if both sides are: the shorter choice of the two
+        choices = [r for r in (a.required, b.required) if r]
+        required = min(choices, key=len) if choices else None
+    return Node(ev, f"({a.text} {op} {b.text})", boolean=True, required=required)
 
 
 def and_(a: Node, b: Node) -> Node:
@@ -112,8 +120,19 @@ def or_(a: Node, b: Node) -> Node:
     return _logic(a, b, True, "||")
 
 
+def _segments(name: str, values: Iterable[str]) -> tuple[bytes, ...] | None:
+    """The ``name``-SOH-``value`` bytes a stored message has when property ``name`` is one of ``values``; None when a
+    value could also come from undecodable bytes (U+FFFD) or cannot be encoded."""
+    if any("\ufffd" in v for v in values):
+        return None
+    try:
+        return tuple(f"{name}\x01{v}".encode() for v in values)
+    except UnicodeEncodeError:  # a lone surrogate
+        return None
+
+
 def _property_test(name: str, convert: Callable[[str], Any] | None, test: Callable[[Any, Any], bool], c: Any,
-                   text: str) -> Node:
+                   text: str, required: tuple[bytes, ...] | None = None) -> Node:
     """A property against a literal: null when the property is missing, else ``test(convert(value), c)`` (the
     literal's type decides ``convert``; a string literal compares the value as it is)."""
     if convert is None:
@@ -125,7 +144,7 @@ def _property_test(name: str, convert: Callable[[str], Any] | None, test: Callab
             v = p.get(name)
             return None if v is None else test(convert(v), c)
 
-    return Node(ev, text, boolean=True)
+    return Node(ev, text, boolean=True, required=required)
 
 
 # -- equality ------------------------------------------------------------------------------------------------------
@@ -139,7 +158,8 @@ def equal(a: Node, b: Node) -> Node:
     if a.prop is not None and b.folded is not None and b.folded[0] is not None:
         c = b.folded[0]
         # c is never NaN or 0.0 (literals below Double.MIN_VALUE do not parse)
-        return _property_test(a.prop, _PARSERS[type(c)], operator.eq, c, text)
+        required = _segments(a.prop, [c]) if type(c) is str else None
+        return _property_test(a.prop, _PARSERS[type(c)], operator.eq, c, text, required)
     left, right = a.ev, b.ev
 
     def ev(p: Props) -> bool | None:
@@ -238,7 +258,8 @@ def in_(a: Node, values: list[str], negated: bool) -> Node:
         return None if v is None else (v in members) is not negated
 
     listing = ", ".join(java_str(v) for v in values)
-    return Node(ev, f"{a.text} {'NOT IN' if negated else 'IN'} ( {listing} )", boolean=True)
+    required = None if negated else _segments(name, values)  # type: ignore[arg-type]
+    return Node(ev, f"{a.text} {'NOT IN' if negated else 'IN'} ( {listing} )", boolean=True, required=required)
 
 
 _STRING_TESTS = {"CONTAINS": str.__contains__, "STARTSWITH": str.startswith, "ENDSWITH": str.endswith}

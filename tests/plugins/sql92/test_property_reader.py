@@ -52,7 +52,23 @@ def test_reads_the_named_properties_as_the_full_decoder_sees_them(records):
 
 
 def test_the_filter_matches_as_on_the_decoded_map(records):
-    for text in ("region = 'eu'", "region <> 'us' OR amount IS NULL", "zone = 'région 🌍' OR amount > 5", "vip = TRUE"):
+    for text in ("region = 'eu'", "region <> 'us' OR amount IS NULL", "zone = 'région 🌍' OR amount > 5", "vip = TRUE",
+                 "region IN ('us', 'eu') AND amount > 5", "region = 'us' OR zone = 'région 🌍'", "amount = '1\x012'"):
         f = Sql92MessageFilter(compile_sql92(text))
         for view in records:
             assert f.is_matched_by_commit_log(view) == f.is_matched_by_properties(record_properties(view))
+
+
+@pytest.mark.parametrize(("text", "required"), [
+    ("region = 'eu' AND amount > 1", (b"region\x01eu",)),
+    ("amount > 1 AND (region IN ('a', 'b') OR zone = 'é')", (b"region\x01a", b"region\x01b", "zone\x01é".encode())),
+    ("region = 'eu' OR amount > 1", None),  # the right side can be TRUE without any segment
+    ("NOT region = 'eu'", None),
+    ("region <> 'eu'", None),
+    ("region NOT IN ('eu')", None),
+    ("'eu' = region", None),
+    ("region = '\ufffd'", None),  # undecodable bytes read as U+FFFD: no bytes to look for
+])
+def test_segments_a_matching_record_must_contain(text, required):
+    """A record without one of these byte strings is rejected before its properties are read."""
+    assert compile_sql92(text).required == required
