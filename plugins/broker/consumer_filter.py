@@ -304,6 +304,15 @@ class ResultsFilter:
     def is_matched_by_properties(self, properties: dict[str, str]) -> bool:
         return bool(self.compiled.is_matched_by_properties(properties))
 
+    def is_matched_on_arrival(self, queue_offset: int, properties: dict[str, str]) -> bool:
+        """Whether a message just dispatched wakes a parked pull: the answer dispatch kept for it, if any."""
+        kept = self.kept
+        if kept is not None:
+            i = queue_offset - kept.start
+            if 0 <= i < len(kept.answers):
+                return bool(kept.answers[i])
+        return self.is_matched_by_properties(properties)
+
     def __repr__(self) -> str:
         return f"ResultsFilter({self.compiled!r})"
 

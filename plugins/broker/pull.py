@@ -43,11 +43,15 @@ _STATUS_CODE = {
 }
 
 
-def _matches_properties(message_filter: Any, properties: dict[str, str]) -> bool:
+def _matches_arrival(message_filter: Any, request: Any) -> bool:
     """A property filter (SQL92) checks the arriving message's properties before waking a parked pull, as Java's
-    ``isMatchedByCommitLog(null, properties)`` at arrival; other filters wake on the consume-queue check alone."""
+    ``isMatchedByCommitLog(null, properties)`` at arrival (a registered one reads the answer dispatch just kept);
+    other filters wake on the consume-queue check alone."""
+    kept = getattr(message_filter, "is_matched_on_arrival", None)
+    if kept is not None:
+        return kept(request.queue_offset, request.properties)
     check = getattr(message_filter, "is_matched_by_properties", None)
-    return check is None or check(properties)
+    return check is None or check(request.properties)
 
 
 @attrs.define(eq=False)
@@ -86,7 +90,7 @@ class PullRequestHoldService:
             return
         for pull in waiting:
             f = pull.message_filter
-            if f is None or f.is_matched_by_consume_queue(request.tags_code) and _matches_properties(f, request.properties):
+            if f is None or f.is_matched_by_consume_queue(request.tags_code) and _matches_arrival(f, request):
                 self._ready.add(key)
                 self._wake.set()
                 return

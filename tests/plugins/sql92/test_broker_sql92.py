@@ -267,3 +267,29 @@ async def test_a_parked_pull_gets_the_groups_new_expression(start_role, remoting
             while "pull" not in answer:
                 await trio.sleep(0.02)
     assert bodies(answer["pull"]) == [b"us"]
+
+
+async def test_a_registered_groups_parked_pull_wakes_only_for_a_matching_message(start_role, remoting_client):
+    """The wake-up of a parked pull of a registered group reads the answer dispatch kept for the arriving message."""
+    addr = (await start_role("dev", ON)).listening["broker"]
+    await stored(remoting_client, addr, "TWk", [])
+    assert (await remoting_client.invoke(addr, heartbeat(subscription("TWk", "region = 'eu'", 1)))).code == 0
+    await stored(remoting_client, addr, "TWk", [(b"first", {"region": "eu"})], create=False)
+    assert bodies(await remoting_client.invoke(addr, pull("TWk", sub_version=1))) == [b"first"]
+    answer = {}
+
+    async def parked():
+        answer["pull"] = await remoting_client.invoke(addr, pull("TWk", sub_version=1, offset=1, suspend_ms=15000),
+                                                      timeout=30)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked)
+        await trio.sleep(0.3)
+        assert (await remoting_client.invoke(addr, send("TWk", b"us", {"region": "us"}))).code == 0
+        await trio.sleep(0.5)
+        assert "pull" not in answer  # the arriving message does not match: the pull stays parked
+        assert (await remoting_client.invoke(addr, send("TWk", b"eu", {"region": "eu"}))).code == 0
+        with trio.fail_after(5):  # woken by the message, well before the 15 s suspend ends
+            while "pull" not in answer:
+                await trio.sleep(0.02)
+    assert bodies(answer["pull"]) == [b"eu"]
