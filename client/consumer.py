@@ -184,7 +184,11 @@ class ConsumerCore(ClientService):
         ``enablePropertyFilter``) or another expression type; calling again replaces the expression. An SQL92
         expression that does not parse raises InvalidSubscriptionError naming the line and column."""
         expression, expression_type = selector_parts(expression, expression_type, sql)
-        self.subscriptions[topic] = Subscription.build(topic, expression, expression_type)
+        sub = Subscription.build(topic, expression, expression_type)
+        old = self.subscriptions.get(topic)
+        if old is not None and sub.version <= old.version:
+            sub.version = old.version + 1  # within the same millisecond: brokers take only a newer subVersion
+        self.subscriptions[topic] = sub
         if self.started:
             self.instance.heartbeat_soon()
             self.rebalance_soon()

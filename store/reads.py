@@ -67,7 +67,9 @@ class StoreReads:
         """Messages of a topic-queue from queue ``offset`` (Java ``DefaultMessageStore.getMessage``, spec 2.3, 7.5).
 
         At most ``max_msg_nums`` and 32 messages / 256 KiB (at least one message); ``message_filter`` sees the CQ
-        tags code first and the record only when the tags code matched."""
+        tags code first and the record only when the tags code matched. A filter with
+        ``is_matched_by_consume_queue_at(tags_code, queue_offset)`` is asked that instead of
+        ``is_matched_by_consume_queue`` (Java passes the unit's consume-queue ext for its bloom-filter bitmap)."""
         cfg = self.config
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
@@ -88,6 +90,8 @@ class StoreReads:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
         if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
             message_filter = _CallableFilter(message_filter)
+        # a filter keeping per-unit answers (the broker's SQL92 results computed at dispatch) takes the unit's offset
+        cq_check_at = getattr(message_filter, "is_matched_by_consume_queue_at", None)
         max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
         max_bytes = cfg.max_transfer_bytes_on_message_in_memory
         buffers: list = []
@@ -107,7 +111,10 @@ class StoreReads:
             last_phy = phy
             if size == BLANK_SIZE or phy < skip_below:
                 continue
-            if message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
+            if cq_check_at is not None:
+                if not cq_check_at(tags_code, offset + scanned - 1):
+                    continue
+            elif message_filter is not None and not message_filter.is_matched_by_consume_queue(tags_code):
                 continue
             if not (mf_start <= phy and phy + size <= mf_end):
                 mf = files.find(phy)

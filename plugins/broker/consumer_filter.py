@@ -25,7 +25,10 @@ from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.plugins.broker.topics import RETRY_GROUP_TOPIC_PREFIX
 from pyrmq.store.format import decode_message
 
-__all__ = ["RETRY_GROUP_TOPIC_PREFIX", "ConsumerFilterData", "ConsumerFilterManager", "RetryTopicFilter", "is_tag_type"]
+__all__ = [
+    "RETRY_GROUP_TOPIC_PREFIX", "ConsumerFilterData", "ConsumerFilterManager", "FilterResultsDispatcher", "ResultsFilter",
+    "RetryTopicFilter", "is_tag_type",
+]
 
 log = logging.getLogger("pyrmq.broker.filter")
 
@@ -51,10 +54,16 @@ class ConsumerFilterData:
     born_time: int = attrs.Factory(_now_ms)
     dead_time: int = 0
     compiled: Any = attrs.field(default=None, eq=False, repr=False)
+    #: queue id -> the compiled filter's answers for the messages dispatched since this data was registered
+    results: dict[int, QueueResults] = attrs.field(factory=dict, eq=False, repr=False)
 
     @property
     def dead(self) -> bool:
         return self.dead_time >= self.born_time
+
+    def pull_filter(self, queue_id: int) -> ResultsFilter:
+        """The filter of a pull of ``queue_id``: the answers kept at dispatch, the compiled filter for the rest."""
+        return ResultsFilter(self.compiled, self.results.get(queue_id))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,7 +80,22 @@ class ConsumerFilterManager:
         self._persist = persist
         self.clean_after_ms = clean_after_ms
         self.by_topic: dict[str, dict[str, ConsumerFilterData]] = {}
+        #: bumped by every change (what the dispatch-time evaluation caches its list of live filters by)
+        self.generation = 0
         self.dirty = False
+        #: called with (topic, group) when a heartbeat changed a group's expression (the pull path wakes its pulls)
+        self.listeners: list[Callable[[str, str], None]] = []
+
+    @property
+    def dirty(self) -> bool:
+        """Changed since the last persist."""
+        return self._dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        self._dirty = value
+        if value:
+            self.generation += 1
 
     def _build(self, topic: str, group: str, expression: str, expression_type: str, version: int) -> ConsumerFilterData | None:
         try:
@@ -116,6 +140,8 @@ class ConsumerFilterManager:
         else:
             by_group[group] = data
         self.dirty = True
+        for listener in self.listeners:
+            listener(topic, group)
 
     def get(self, topic: str, group: str) -> ConsumerFilterData | None:
         by_group = self.by_topic.get(topic)
@@ -170,6 +196,7 @@ class ConsumerFilterManager:
                 if filter_data.dead_time == 0:
                     filter_data.dead_time = max(now - 30_000, filter_data.born_time)
                 self.by_topic.setdefault(filter_data.topic, {})[filter_data.consumer_group] = filter_data
+        self.generation += 1
 
     def persist(self) -> None:
         self._persist(self.encode())
@@ -178,6 +205,116 @@ class ConsumerFilterManager:
     def persist_if_dirty(self) -> None:
         if self.dirty:
             self.persist()
+
+
+#: answers kept per queue and filter (one byte a message); past it the older half is dropped (those messages are
+#: then evaluated at the commit log again)
+MAX_KEPT_RESULTS = 1 << 21
+
+
+class QueueResults:
+    """A filter's answers for one queue: ``answers[i]`` is 1 when the message at consume-queue offset ``start + i``
+    matched."""
+
+    __slots__ = ("start", "answers")
+
+    def __init__(self, start: int) -> None:
+        self.start = start
+        self.answers = bytearray()
+
+
+class FilterResultsDispatcher:
+    """Store dispatcher: evaluates each live registered property filter (SQL92) of the record's topic on the
+    properties the write path already decoded, and keeps the answer per consume-queue offset, so a pull of that group
+    decides on the consume-queue entry alone, as a tag filter does (Java's ``CommitLogDispatcherCalcBitMap`` keeps a
+    bloom-filter bit per group in the consume-queue ext file; pyrmq keeps the exact answer in memory: see
+    docs/decisions.md). Messages stored before a group's filter data was registered (or changed, or before a
+    restart) have no answer kept and are evaluated on the commit log at pull time."""
+
+    name = "filter-results"
+    order = 15  # after the consume queue (0) and the index (10), before the long-polling wake-up (20)
+
+    def __init__(self, filters: ConsumerFilterManager, max_kept: int = MAX_KEPT_RESULTS) -> None:
+        self.filters = filters
+        self.max_kept = max_kept
+        self._generation = -1
+        #: topic -> (results by queue, check) of each live filter data with a property check
+        self._live: dict[str, list[tuple[dict[int, QueueResults], Callable[[dict[str, str]], bool]]]] = {}
+
+    def _collect(self) -> None:
+        self._generation = self.filters.generation
+        live: dict[str, list[tuple[dict[int, QueueResults], Callable[[dict[str, str]], bool]]]] = {}
+        for topic, by_group in self.filters.by_topic.items():
+            for data in by_group.values():
+                check = getattr(data.compiled, "is_matched_by_properties", None)
+                if check is not None and not data.dead:
+                    live.setdefault(topic, []).append((data.results, check))
+        self._live = live
+
+    def dispatch(self, request: Any) -> None:
+        if self._generation != self.filters.generation:
+            self._collect()
+        live = self._live.get(request.topic)
+        if live is None:
+            return
+        queue_id, offset, properties = request.queue_id, request.queue_offset, request.properties
+        for results, check in live:
+            kept = results.get(queue_id)
+            if kept is None:
+                kept = results[queue_id] = QueueResults(offset)
+            else:
+                n = len(kept.answers)
+                if offset != kept.start + n:
+                    kept = results[queue_id] = QueueResults(offset)  # a gap: the data was dead for a while
+                elif n >= self.max_kept:
+                    del kept.answers[: n // 2]
+                    kept.start += n // 2
+            kept.answers.append(check(properties))
+
+
+class ResultsFilter:
+    """A pull's filter for a group with registered filter data: the answer kept at dispatch where there is one (no
+    commit-log read for a message that does not match), the compiled filter on the record otherwise."""
+
+    __slots__ = ("compiled", "kept", "_known")
+
+    def __init__(self, compiled: Any, kept: QueueResults | None) -> None:
+        self.compiled = compiled
+        self.kept = kept
+        self._known = False
+
+    def is_matched_by_consume_queue(self, tags_code: int) -> bool:
+        return True
+
+    def is_matched_by_consume_queue_at(self, tags_code: int, queue_offset: int) -> bool:
+        kept = self.kept
+        if kept is not None:
+            i = queue_offset - kept.start
+            if 0 <= i < len(kept.answers):
+                if kept.answers[i]:
+                    self._known = True
+                    return True
+                return False
+        self._known = False
+        return True
+
+    def is_matched_by_commit_log(self, record: memoryview) -> bool:
+        return self._known or bool(self.compiled.is_matched_by_commit_log(record))
+
+    def is_matched_by_properties(self, properties: dict[str, str]) -> bool:
+        return bool(self.compiled.is_matched_by_properties(properties))
+
+    def is_matched_on_arrival(self, queue_offset: int, properties: dict[str, str]) -> bool:
+        """Whether a message just dispatched wakes a parked pull: the answer dispatch kept for it, if any."""
+        kept = self.kept
+        if kept is not None:
+            i = queue_offset - kept.start
+            if 0 <= i < len(kept.answers):
+                return bool(kept.answers[i])
+        return self.is_matched_by_properties(properties)
+
+    def __repr__(self) -> str:
+        return f"ResultsFilter({self.compiled!r})"
 
 
 class RetryTopicFilter:

@@ -18,7 +18,7 @@ import trio
 from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
-from pyrmq.plugins.broker.consumer_filter import RETRY_GROUP_TOPIC_PREFIX, RetryTopicFilter, is_tag_type
+from pyrmq.plugins.broker.consumer_filter import RETRY_GROUP_TOPIC_PREFIX, FilterResultsDispatcher, RetryTopicFilter, is_tag_type
 from pyrmq.plugins.broker.core import BROKER
 from pyrmq.plugins.broker.topics import is_readable
 from pyrmq.remoting.codes import RequestCode, ResponseCode
@@ -43,11 +43,15 @@ _STATUS_CODE = {
 }
 
 
-def _matches_properties(message_filter: Any, properties: dict[str, str]) -> bool:
+def _matches_arrival(message_filter: Any, request: Any) -> bool:
     """A property filter (SQL92) checks the arriving message's properties before waking a parked pull, as Java's
-    ``isMatchedByCommitLog(null, properties)`` at arrival; other filters wake on the consume-queue check alone."""
+    ``isMatchedByCommitLog(null, properties)`` at arrival (a registered one reads the answer dispatch just kept);
+    other filters wake on the consume-queue check alone."""
+    kept = getattr(message_filter, "is_matched_on_arrival", None)
+    if kept is not None:
+        return kept(request.queue_offset, request.properties)
     check = getattr(message_filter, "is_matched_by_properties", None)
-    return check is None or check(properties)
+    return check is None or check(request.properties)
 
 
 @attrs.define(eq=False)
@@ -86,10 +90,18 @@ class PullRequestHoldService:
             return
         for pull in waiting:
             f = pull.message_filter
-            if f is None or f.is_matched_by_consume_queue(request.tags_code) and _matches_properties(f, request.properties):
+            if f is None or f.is_matched_by_consume_queue(request.tags_code) and _matches_arrival(f, request):
                 self._ready.add(key)
                 self._wake.set()
                 return
+
+    def filter_changed(self, topic: str, group: str) -> None:
+        """A group's registered filter of ``topic`` changed (a heartbeat with a new expression): its parked pulls are
+        executed again with the new filter, and park again if nothing matches it."""
+        for key, pulls in self.parked.items():
+            if any(p.header.topic == topic and p.header.consumer_group == group for p in pulls):
+                self._ready.add(key)
+                self._wake.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -118,7 +130,13 @@ class PullRequestHoldService:
                 if key not in ready and not timed_out:
                     keep.append(pull)
                     continue
-                response = self.processor.execute(pull.connection, pull.request, pull.header, pull.message_filter, first=False)
+                # resolved again, as Java re-runs the whole request: a changed subscription applies from here on
+                message_filter = self.processor.resolve_filter(pull.request, pull.header)
+                if isinstance(message_filter, RemotingCommand):
+                    answers.append((pull.connection, message_filter))
+                    continue
+                pull.message_filter = message_filter
+                response = self.processor.execute(pull.connection, pull.request, pull.header, message_filter, first=False)
                 if response.code == ResponseCode.PULL_NOT_FOUND and not timed_out:
                     keep.append(pull)  # woken by a message that does not match after all: keep waiting
                     continue
@@ -165,6 +183,22 @@ class PullMessageProcessor:
                 ResponseCode.SYSTEM_ERROR,
                 f"queueId[{header.queue_id}] is illegal, topic:[{header.topic}] topicConfig.readQueueNums:[{topic.read_queue_nums}]",
             )
+        message_filter = self.resolve_filter(request, header)
+        if isinstance(message_filter, RemotingCommand):
+            return message_filter
+        response = self.execute(connection, request, header, message_filter, first=True)
+        if response is None:
+            timeout = header.suspend_timeout_millis if settings.longPollingEnable else settings.shortPollingTimeMills
+            self.hold.park(ParkedPull(connection, request, header, message_filter, trio.current_time() + timeout / 1000))
+        return response
+
+    def resolve_filter(self, request: RemotingCommand, header: PullMessageRequestHeader) -> Any:
+        """The pull's filter, or the error response: the subscription in the header (sysFlag 0x4), else the group's
+        registered one. Resolved again when a parked pull is re-executed (Java runs the whole request again), so a
+        consumer that changed its expression gets the new filter from its next pull on. A group's registered
+        property filter (SQL92) answers from the results kept at dispatch (:class:`FilterResultsDispatcher`)."""
+        ctx = self.ctx
+        settings = ctx.settings
         expression_type = (header.expression_type or "TAG").upper()
         if header.sys_flag & PullSysFlag.SUBSCRIPTION:
             # Java delivers everything when SQL in the header does not compile; we refuse it (docs/decisions.md)
@@ -174,6 +208,12 @@ class PullMessageProcessor:
                 message_filter = ctx.compile_filter(expression_type, header.subscription or "*")
             except FilterExpressionError as exc:
                 return self._error(request, ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {exc}")
+            if not is_tag_type(expression_type):
+                # the group's registered filter data for the same expression (ali-ons registers it by heartbeat too)
+                data = ctx.consumer_filters.get(header.topic, header.consumer_group)
+                if (data is not None and data.compiled is not None and data.expression == header.subscription
+                        and data.expression_type.upper() == expression_type):
+                    message_filter = data.pull_filter(header.queue_id)
         else:
             info = ctx.consumers.groups.get(header.consumer_group)
             if info is None:
@@ -196,14 +236,10 @@ class PullMessageProcessor:
                     return self._error(request, ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest")
                 if not settings.enablePropertyFilter:
                     return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {sub.expression_type}")
-                message_filter = data.compiled
+                message_filter = data.pull_filter(header.queue_id)
         if settings.filterSupportRetry and header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             message_filter = RetryTopicFilter(message_filter, header.consumer_group, ctx.consumer_filters)
-        response = self.execute(connection, request, header, message_filter, first=True)
-        if response is None:
-            timeout = header.suspend_timeout_millis if settings.longPollingEnable else settings.shortPollingTimeMills
-            self.hold.park(ParkedPull(connection, request, header, message_filter, trio.current_time() + timeout / 1000))
-        return response
+        return message_filter
 
     def _suggest(self, header: PullMessageRequestHeader, result: Any) -> int:
         """suggestWhichBrokerId (PullMessageProcessor): the master unless slaveReadEnable; then the group's
@@ -258,7 +294,8 @@ PULL = StateKey[PullMessageProcessor]("broker.pull")
 def pyrmq_configure(kernel: Any) -> None:
     ctx = kernel.state.find(BROKER)
     if ctx is not None:
-        kernel.state.put(PULL, PullMessageProcessor(ctx))
+        processor = kernel.state.put(PULL, PullMessageProcessor(ctx))
+        ctx.consumer_filters.listeners.append(processor.hold.filter_changed)
 
 
 @hookimpl(trylast=True)
@@ -272,7 +309,11 @@ def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
 @hookimpl(trylast=True)
 def pyrmq_register_store_dispatchers(kernel: Any) -> list[Any] | None:
     processor = kernel.state.find(PULL)
-    return None if processor is None else [processor.hold]
+    if processor is None:
+        return None
+    if not processor.ctx.settings.enablePropertyFilter:
+        return [processor.hold]  # no SQL92 pulls to serve: nothing to evaluate at dispatch
+    return [processor.hold, FilterResultsDispatcher(processor.ctx.consumer_filters)]
 
 
 @hookimpl(trylast=True)

@@ -30,6 +30,9 @@ class Sql92Expression:
     canonical: str = attrs.field(default="", repr=False)
     #: the property names the expression reads (the broker extracts only these from a stored message)
     names: frozenset[str] = attrs.field(default=frozenset(), repr=False)
+    #: byte strings of which a stored message's property text must contain one to match (``name``-SOH-``value``
+    #: segments of the expression's equality / IN tests), None when there is no such test to rely on
+    required: tuple[bytes, ...] | None = attrs.field(default=None, repr=False)
 
     def evaluate(self, properties: Mapping[str, str]) -> bool | None | str:
         try:
@@ -49,4 +52,4 @@ def compile_sql92(text: str) -> Sql92Expression:
     if not isinstance(text, str) or not text.strip():
         raise Sql92SyntaxError("the expression is empty", text if isinstance(text, str) else "", 0)
     node, names = parse(text)
-    return Sql92Expression(text, node.ev, node.text, names)
+    return Sql92Expression(text, node.ev, node.text, names, node.required)

@@ -41,6 +41,8 @@ _TRIM = "".join(chr(c) for c in range(0x21))
 
 def parse_int(s: str) -> int:
     """``Integer.valueOf(s)``."""
+    if len(s) < 10 and s.isdecimal():  # unsigned and short enough to fit: the common case, without the regex
+        return int(s)
     if _JAVA_INT.fullmatch(s) is None:
         raise EvaluationError(f"For input string: {s!r}")
     v = int(s)

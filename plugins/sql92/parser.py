@@ -261,6 +261,4 @@ class _Parser:
                           f"value ({high.text})", op)
         for node in (value, low, high):
             self.check_order_operand(node, op)
-        if negated:  # NOT BETWEEN is value < low OR value > high
-            return nodes.or_(nodes.compare("<", value, low), nodes.compare(">", value, high))
-        return nodes.and_(nodes.compare(">=", value, low), nodes.compare("<=", value, high))
+        return nodes.between(value, low, high, negated)

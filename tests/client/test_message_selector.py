@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from pyrmq.client import (
+    Admin,
     BrokerError,
     InvalidSubscriptionError,
     Message,
@@ -122,3 +123,49 @@ async def test_console_consume_with_sql(sql_dev, name):
         bad = await trio.run_process([sys.executable, "-m", "pyrmq", "consume", "-n", sql_dev.namesrv, "-t", topic, "-g",
                                       "g", "--sql", "amount >"], capture_stdout=True, capture_stderr=True, check=False)
     assert bad.returncode != 0 and "line 1, column 9" in bad.stderr.decode()
+
+
+async def broker_has_expression(namesrv: str, group: str, topic: str, expression: str) -> None:
+    """Wait until the broker shows the group subscribed with ``expression`` (what ``mqadmin consumerConnection``
+    prints): the heartbeat carrying it has arrived."""
+    async with Admin(namesrv) as admin:
+        with trio.fail_after(15):
+            while (await admin.group_connections(group))["subscriptions"].get(topic, {}).get("subString") != expression:
+                await trio.sleep(0.05)
+
+
+async def test_running_push_consumer_changes_its_expression(sql_dev, name):
+    """A started consumer subscribes again with another expression: the broker filters with the new one from the next
+    pull on (its pull parked with the old filter included), without a restart."""
+    topic, group = name("T"), name("G")
+    await sql_dev.create_topic(topic, 1)  # one queue: the consumer is past the first stream once its last match is in
+    got: list[str] = []
+    consumer = PushConsumer(sql_dev.namesrv, group, consume_from="first", listener=lambda m: got.append(m.text()))
+    consumer.subscribe(topic, sql="region = 'eu'")
+
+    def stream(prefix: str) -> list[Message]:
+        return [Message(topic, f"{prefix}{i}", properties={"region": ("us", "apac", "eu")[i % 3]}) for i in range(30)]
+
+    async with consumer:
+        await produce(sql_dev.namesrv, stream("a"))  # a29, the last one, is in 'eu'
+        with trio.fail_after(30):
+            while "a29" not in got:
+                await trio.sleep(0.05)
+        await trio.sleep(0.3)  # the next pull parks with the old filter
+        consumer.subscribe(topic, sql="region = 'us' OR region = 'apac'")
+        await broker_has_expression(sql_dev.namesrv, group, topic, "region = 'us' OR region = 'apac'")
+        await produce(sql_dev.namesrv, stream("b"))
+        with trio.fail_after(30):
+            while len(got) < 30:
+                await trio.sleep(0.05)
+        await trio.sleep(0.5)  # nothing more arrives
+    assert sorted(got) == sorted([f"a{i}" for i in range(2, 30, 3)] + [f"b{i}" for i in range(30) if i % 3 != 2])
+
+
+def test_subscribing_again_always_gives_a_newer_version():
+    consumer = PushConsumer("127.0.0.1:1", "g_sql")  # never started: nothing reaches the network
+    versions = []
+    for i in range(50):  # many within one millisecond
+        consumer.subscribe("T", sql=f"a = {i}")
+        versions.append(consumer.subscriptions["T"].version)
+    assert all(later > earlier for earlier, later in zip(versions, versions[1:]))

@@ -2,16 +2,20 @@
 ali-ons 3.12 (expression sent with every pull) and the official Java client 4.9.8 (``MessageSelector.bySql``,
 filter data registered by heartbeat, CHECK_CLIENT_CONFIG at start). Each receives exactly the matching messages of a
 mixed stream; a broker with enablePropertyFilter=false refuses clearly; a bad expression is refused with code 23 and
-the parser's reason; a consumer that comes back with a new expression gets the new filter.
+the parser's reason; a consumer that comes back with a new expression gets the new filter, and so does a running Java
+consumer that subscribes again with another expression.
 """
 
 from __future__ import annotations
 
 import json
+import queue
 import random
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -180,3 +184,58 @@ def test_java_client_sql92(sql_consumer_classes, clusters):
     refused = run_java(sql_consumer_classes, off.namesrv, "SqlJava", "java_off", SQL, 1, 5)
     assert [e["code"] for e in errors(refused)] == [1]
     assert errors(refused)[0]["error"] == "The broker does not support consumer to filter message by SQL92"
+
+
+def region_stream(prefix: str, n: int) -> list[tuple[str, dict[str, str]]]:
+    """Regions in turn, the last message in 'eu'."""
+    return [(f"{prefix}{i}", {"region": ("us", "apac", "eu")[(i - n + 3) % 3]}) for i in range(n)]
+
+
+def send_stream(namesrv: str, topic: str, stream: list[tuple[str, dict[str, str]]]) -> None:
+    with BlockingProducer(namesrv, "sql_e2e_producer") as producer:
+        for body, props in stream:
+            producer.send(Message(topic, body, properties=props))
+
+
+def test_java_client_changes_its_expression_while_running(sql_consumer_classes, clusters):
+    """The official Java consumer calls subscribe() again on a started consumer: the broker filters with the new
+    expression from its next pull on (the pull parked under the old one included)."""
+    on, _ = clusters
+    on.create_topic("SqlJavaRe", 1)  # one queue: once the last first-stream match is in, the consumer is past them
+    first, second = region_stream("a", 60), region_stream("b", 60)
+    send_stream(on.namesrv, "SqlJavaRe", first)
+    want_first = [b for b, p in first if p["region"] == "eu"]
+    want_second = [b for b, p in second if p["region"] != "eu"]
+    cmd = javapeers.java_command("client", "SqlConsumer", on.namesrv, "SqlJavaRe", "java_re", "region = 'eu'",
+                                 str(len(want_first)), "20", "region <> 'eu'", str(len(want_second)),
+                                 extra_classpath=[sql_consumer_classes], heap="256m")
+    lines: queue.Queue[str] = queue.Queue()
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True)  # type: ignore[union-attr]
+        reader.start()
+        out: list[dict] = []
+        deadline = time.monotonic() + 120
+        while not any(line.get("resubscribed") for line in out):
+            try:
+                line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+            except queue.Empty:
+                proc.kill()
+                pytest.fail(f"the Java consumer never re-subscribed; it printed {out}")
+            if line.startswith("{"):
+                out.append(json.loads(line))
+        send_stream(on.namesrv, "SqlJavaRe", second)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+        reader.join(timeout=10)
+        assert proc.returncode == 0, proc.stderr.read()[-3000:]  # type: ignore[union-attr]
+    while not lines.empty():
+        line = lines.get()
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    marker = next(i for i, line in enumerate(out) if line.get("resubscribed"))
+    assert errors(out) == []
+    assert bodies(out[:marker]) == sorted(want_first)
+    assert bodies(out[marker:]) == sorted(want_second)

@@ -88,8 +88,9 @@ MIXED = [
 ]
 
 
-async def stored(client, addr, topic, messages=MIXED):
-    assert (await client.invoke(addr, create_topic(topic))).code == ResponseCode.SUCCESS
+async def stored(client, addr, topic, messages=MIXED, *, create=True):
+    if create:
+        assert (await client.invoke(addr, create_topic(topic))).code == ResponseCode.SUCCESS
     for body, props in messages:
         assert (await client.invoke(addr, send(topic, body, props))).code == ResponseCode.SUCCESS
 
@@ -222,6 +223,73 @@ async def test_a_parked_pull_wakes_only_for_a_matching_message(start_role, remot
         assert "pull" not in answer  # the arriving message does not match: the pull stays parked
         assert (await remoting_client.invoke(addr, send("TLp", b"eu", {"region": "eu"}))).code == 0
         with trio.fail_after(10):
+            while "pull" not in answer:
+                await trio.sleep(0.02)
+    assert bodies(answer["pull"]) == [b"eu"]
+
+
+async def test_registered_group_filters_messages_arriving_after_its_heartbeat(start_role, remoting_client):
+    """Messages stored after the group's filter data was registered are answered from what dispatch evaluated (a pull
+    with or without the subscription in its header gets the same messages as one evaluated on the commit log); a
+    changed expression applies to later pulls."""
+    addr = (await start_role("dev", ON)).listening["broker"]
+    assert (await remoting_client.invoke(addr, create_topic("TDs"))).code == ResponseCode.SUCCESS
+    assert (await remoting_client.invoke(addr, heartbeat(subscription("TDs", "region = 'eu' AND amount >= 150", 1)))).code == 0
+    await stored(remoting_client, addr, "TDs", MIXED[:4])
+    assert bodies(await remoting_client.invoke(addr, pull("TDs", sub_version=1))) == [b"eu-150", b"eu-900"]
+    in_header = await remoting_client.invoke(addr, pull("TDs", sql="region = 'eu' AND amount >= 150", sub_version=1))
+    assert bodies(in_header) == [b"eu-150", b"eu-900"]
+    other_group = pull("TDs", sql="region = 'eu' AND amount >= 150", group="sqlg_other")  # evaluated on the commit log
+    assert bodies(await remoting_client.invoke(addr, other_group)) == [b"eu-150", b"eu-900"]
+    assert (await remoting_client.invoke(addr, heartbeat(subscription("TDs", "amount < 300", 2)))).code == 0
+    await stored(remoting_client, addr, "TDs", [(b"us-100", {"region": "us", "amount": "100"}), *MIXED[4:]], create=False)
+    got = bodies(await remoting_client.invoke(addr, pull("TDs", sub_version=2)))
+    assert got == [b"eu-150", b"us-200", b"us-100"]
+
+
+async def test_a_parked_pull_gets_the_groups_new_expression(start_role, remoting_client):
+    """A pull parked under the old expression is answered with the expression of the group's next heartbeat."""
+    addr = (await start_role("dev", ON)).listening["broker"]
+    await stored(remoting_client, addr, "TNx", [])
+    assert (await remoting_client.invoke(addr, heartbeat(subscription("TNx", "region = 'eu'", 1)))).code == 0
+    answer = {}
+
+    async def parked():
+        answer["pull"] = await remoting_client.invoke(addr, pull("TNx", sub_version=1, suspend_ms=15000), timeout=30)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked)
+        await trio.sleep(0.3)
+        assert (await remoting_client.invoke(addr, heartbeat(subscription("TNx", "region = 'us'", 2)))).code == 0
+        assert (await remoting_client.invoke(addr, send("TNx", b"eu", {"region": "eu"}))).code == 0
+        assert (await remoting_client.invoke(addr, send("TNx", b"us", {"region": "us"}))).code == 0
+        with trio.fail_after(10):
+            while "pull" not in answer:
+                await trio.sleep(0.02)
+    assert bodies(answer["pull"]) == [b"us"]
+
+
+async def test_a_registered_groups_parked_pull_wakes_only_for_a_matching_message(start_role, remoting_client):
+    """The wake-up of a parked pull of a registered group reads the answer dispatch kept for the arriving message."""
+    addr = (await start_role("dev", ON)).listening["broker"]
+    await stored(remoting_client, addr, "TWk", [])
+    assert (await remoting_client.invoke(addr, heartbeat(subscription("TWk", "region = 'eu'", 1)))).code == 0
+    await stored(remoting_client, addr, "TWk", [(b"first", {"region": "eu"})], create=False)
+    assert bodies(await remoting_client.invoke(addr, pull("TWk", sub_version=1))) == [b"first"]
+    answer = {}
+
+    async def parked():
+        answer["pull"] = await remoting_client.invoke(addr, pull("TWk", sub_version=1, offset=1, suspend_ms=15000),
+                                                      timeout=30)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(parked)
+        await trio.sleep(0.3)
+        assert (await remoting_client.invoke(addr, send("TWk", b"us", {"region": "us"}))).code == 0
+        await trio.sleep(0.5)
+        assert "pull" not in answer  # the arriving message does not match: the pull stays parked
+        assert (await remoting_client.invoke(addr, send("TWk", b"eu", {"region": "eu"}))).code == 0
+        with trio.fail_after(5):  # woken by the message, well before the 15 s suspend ends
             while "pull" not in answer:
                 await trio.sleep(0.02)
     assert bodies(answer["pull"]) == [b"eu"]

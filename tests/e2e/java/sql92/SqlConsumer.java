@@ -13,9 +13,11 @@ import org.apache.rocketmq.common.message.MessageExt;
 
 /**
  * The official 4.9.8 push consumer subscribing with MessageSelector.bySql:
- * java SqlConsumer NAMESRV TOPIC GROUP SQL EXPECT IDLE_SECS
+ * java SqlConsumer NAMESRV TOPIC GROUP SQL EXPECT IDLE_SECS [SQL2 EXPECT2]
  * Prints {"body": ...} per message, or {"error": ..., "code": ...} when start() is refused; exits after EXPECT
- * messages or IDLE_SECS without one (shutdown persists the offsets).
+ * messages or IDLE_SECS without one (shutdown persists the offsets). With SQL2, once EXPECT messages arrived the
+ * running consumer subscribes again with SQL2 (no restart), prints {"resubscribed": true} and goes on until EXPECT2
+ * more messages or IDLE_SECS without one.
  */
 public class SqlConsumer {
     static String json(String s) {
@@ -64,6 +66,18 @@ public class SqlConsumer {
         }
         while (!done.await(200, TimeUnit.MILLISECONDS)) {
             if (System.currentTimeMillis() - last.get() > idleMs) break;
+        }
+        if (args.length > 7 && done.getCount() == 0) {
+            Thread.sleep(500);  // the next pulls park under the first expression
+            // subscribe() on a started consumer: the new SubscriptionData (a new subVersion) goes out in a heartbeat
+            consumer.subscribe(topic, MessageSelector.bySql(args[6]));
+            System.out.println("{\"resubscribed\":true}");
+            System.out.flush();
+            int total = expect + Integer.parseInt(args[7]);
+            last.set(System.currentTimeMillis());
+            while (got.get() < total && System.currentTimeMillis() - last.get() <= idleMs) {
+                Thread.sleep(100);
+            }
         }
         Thread.sleep(1000);  // let in-flight acks land in the offset store before shutdown persists it
         consumer.shutdown();
