@@ -53,7 +53,7 @@ def main() -> None:
         subprocess.run(["npm", "install", "--prefix", str(modules.parent), "ali-ons@3.12.0", "--no-audit", "--no-fund"], check=True)
     ns_port, br_port = free_port(), free_port()
     store = tempfile.mkdtemp(prefix="pyrmq-bench-")
-    dev = subprocess.Popen([sys.executable, "-m", "pyrmq", "dev", "--namesrv-port", str(ns_port), "--port", str(br_port),
+    dev = subprocess.Popen([sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns_port), "--port", str(br_port),
                             "--store-dir", store], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         print(dev.stdout.readline().decode().strip(), flush=True)

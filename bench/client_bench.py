@@ -71,7 +71,7 @@ class Broker:
         self.addr = f"127.0.0.1:{port}"
         env = dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyrmq", "dev", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir",
+            [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir",
              self.store], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT),
         )
         line = self.proc.stdout.readline().decode()

@@ -238,7 +238,7 @@ def bench_wire(count: int, queues: int) -> list[tuple[str, int, float, float]]:
     store = tempfile.mkdtemp(prefix="pyrmq-fbench-", dir=os.environ.get("BENCH_DIR"))
     ns_port, port = free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyrmq", "dev", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir", store,
+        [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir", store,
          "--set", "broker.enablePropertyFilter=true"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
     )
     rows = []

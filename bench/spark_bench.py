@@ -46,7 +46,7 @@ def start_broker(store: str, pull_cap: int | None) -> tuple[subprocess.Popen, st
         extra = ["--set", f"broker.maxTransferCountOnMessageInMemory={pull_cap}",
                  "--set", f"broker.maxTransferBytesOnMessageInMemory={pull_cap * 1100}"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyrmq", "dev", "--namesrv-port", str(ns), "--port", str(port), "--store-dir", store, *extra],
+        [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns), "--port", str(port), "--store-dir", store, *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1"),
     )
     line = proc.stdout.readline() if proc.stdout else ""

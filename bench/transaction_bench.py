@@ -68,7 +68,7 @@ class Broker:
 
     def start(self, interval_ms: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "pyrmq", "--no-entry-points", "--log-level", "WARNING", "dev", "--store-dir", self.store,
+            [sys.executable, "-m", "pyrmq", "--no-entry-points", "--log-level", "WARNING", "dev", "--dashboard-port", "0", "--store-dir", self.store,
              "--namesrv-port", str(self.namesrv_port), "--port", str(self.port),
              "--set", f"broker.transactionCheckInterval={interval_ms}", "--set", "broker.transactionTimeOut=1000",
              "--set", "broker.flushDiskType=ASYNC_FLUSH"],

@@ -102,7 +102,7 @@ async def test_dev_demo_shows_messages_flowing_and_stops_on_sigint(tmp_path, fre
         broker_port = free_port()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = await trio.lowlevel.open_process(
-        [*PYRMQ, "dev", "--demo", "--namesrv-port", str(namesrv_port), "--port", str(broker_port),
+        [*PYRMQ, "dev", "--dashboard-port", "0", "--demo", "--namesrv-port", str(namesrv_port), "--port", str(broker_port),
          "--store-dir", str(tmp_path / "store")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
     )

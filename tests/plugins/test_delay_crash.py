@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 def start_broker(store_dir, namesrv_port, port, log_path):
-    cmd = [sys.executable, "-m", "pyrmq", "--no-entry-points", "--log-level", "INFO", "dev", "--store-dir", str(store_dir),
+    cmd = [sys.executable, "-m", "pyrmq", "--no-entry-points", "--log-level", "INFO", "dev", "--dashboard-port", "0", "--store-dir", str(store_dir),
            "--namesrv-port", str(namesrv_port), "--port", str(port),
            "--set", "broker.messageDelayLevel=1s 6s", "--set", "broker.flushDelayOffsetInterval=600000"]
     log = open(log_path, "ab")

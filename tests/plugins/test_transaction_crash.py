@@ -133,7 +133,7 @@ async def test_a_killed_producer_s_halves_are_resolved_by_another_producer_proce
 
 
 def start_broker(store_dir, namesrv_port, port, log_path, interval_ms):
-    cmd = [sys.executable, "-m", "pyrmq", "--no-entry-points", "--log-level", "INFO", "dev", "--store-dir", str(store_dir),
+    cmd = [sys.executable, "-m", "pyrmq", "--no-entry-points", "--log-level", "INFO", "dev", "--dashboard-port", "0", "--store-dir", str(store_dir),
            "--namesrv-port", str(namesrv_port), "--port", str(port),
            "--set", f"broker.transactionCheckInterval={interval_ms}", "--set", "broker.transactionTimeOut=3000"]
     log = open(log_path, "ab")

@@ -117,7 +117,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     ns_port, port = _free_port(), _free_port()
     env = dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyrmq", "dev", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir", str(store / "store")],
+        [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir", str(store / "store")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
     )
     deadline = threading.Timer(60, proc.kill)  # readline() blocks: a silent `pyrmq dev` is killed, ending the read
