@@ -19,6 +19,7 @@ import sys
 import time
 import zlib
 from collections.abc import Iterable, Iterator
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,18 @@ def report(scenario: str, **figures: Any) -> None:
     if out:
         with open(out, "a") as f:
             f.write(json.dumps({"scenario": scenario, **figures}) + "\n")
+
+
+#: test-only broker plugins (tests/chaos/probe), importable with this folder on the broker's PYTHONPATH
+PROBE_DIR = Path(__file__).with_name("probe")
+
+
+def probe_bundle(path: Path, *plugins: str) -> Path:
+    """Write the packaged broker bundle plus ``plugins`` (modules of :data:`PROBE_DIR`) to ``path``."""
+    text = files("pyrmq.configs").joinpath("broker.toml").read_text()
+    assert "plugins = [" in text
+    path.write_text(text.replace("plugins = [", "plugins = [\n" + "".join(f'    "{p}",\n' for p in plugins), 1))
+    return path
 
 
 def free_port() -> int:
