@@ -190,6 +190,9 @@ class Record:
     body_pos: int = 0
     body_len: int = 0
     sys_flag: int = 0
+    prepared_transaction_offset: int = 0
+    #: the body, kept only for the topics in :data:`KEEP_BODY` (small bookkeeping records)
+    body: bytes = b""
 
     @property
     def in_queue(self) -> bool:
@@ -215,6 +218,10 @@ class StoreImage:
             if v is not None:
                 out[v].append(r)
         return out
+
+
+#: topics whose record bodies read_store keeps: the transaction op records (body = resolved half queue offsets)
+KEEP_BODY = frozenset({"RMQ_SYS_TRANS_OP_HALF_TOPIC"})
 
 
 def _mapped(path: str) -> mmap.mmap | bytes:
@@ -247,7 +254,8 @@ def read_store(root: Path) -> StoreImage:
                     img.bad_crc.append(h.pos)
                 img.records.append(Record(h.pos, h.total_size, h.topic, h.queue_id, h.queue_offset,
                                           h.store_timestamp, decode_properties(h.properties_bytes), h.body_pos,
-                                          h.body_len, h.sys_flag))
+                                          h.body_len, h.sys_flag, h.prepared_transaction_offset,
+                                          bytes(body) if h.topic in KEEP_BODY else b""))
                 pos += h.total_size
                 continue
             if isinstance(h, str):
@@ -339,7 +347,7 @@ def check_consistency(img: StoreImage) -> dict[str, int]:
 @attrs.define
 class Ack:
     cid: str
-    kind: str  # plain | batch | delay | timer
+    kind: str  # plain | batch | delay | timer | txc | txr | txuc | txur (tests/chaos/txn_proc.py)
     attempts: int
 
 
@@ -358,6 +366,17 @@ def read_acks(paths: Iterable[Path]) -> tuple[dict[str, Ack], int]:
             elif len(parts) == 2 and parts[0] == "F":
                 failed += 1
     return acks, failed
+
+
+def read_checks(paths: Iterable[Path]) -> set[str]:
+    """The cids whose transaction the broker checked back, from the transaction producers' logs (``K cid`` lines)."""
+    out: set[str] = set()
+    for p in paths:
+        for line in iter_lines(p):
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "K":
+                out.add(parts[1])
+    return out
 
 
 def percentile(values: list[float], p: float) -> float:
