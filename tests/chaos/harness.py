@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+#: the one broker port picker of the tests (tests/conftest.py ``broker_port``: P, P - 2 for the VIP channel and
+#: P + 1 for HA all free), installed by tests/chaos/conftest.py for every chaos test
+broker_port_picker: Callable[[], int] | None = None
+
+
+def broker_port() -> int:
+    assert broker_port_picker is not None, "tests/chaos/conftest.py installs the broker port picker"
+    return broker_port_picker()
+
+
 def pyrmq_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "pyrmq", "--no-entry-points", "--log-level", "INFO", *args]
 
@@ -119,7 +129,7 @@ class Cluster:
     root: Path
     broker_settings: dict[str, str] = attrs.Factory(dict)
     namesrv_port: int = attrs.Factory(free_port)
-    broker_port: int = attrs.Factory(free_port)
+    broker_port: int = attrs.Factory(broker_port)
     namesrv: subprocess.Popen | None = None
     broker: subprocess.Popen | None = None
     #: the store directory (default ``root/store``)
