@@ -220,6 +220,9 @@ class StoreImage:
     #: (key hash, phy) of every index entry
     index_entries: set[tuple[int, int]] = attrs.Factory(set)
     min_phy: int = 0
+    #: end of the last record read: the broker may still append while the files are read (due delayed and timer
+    #: messages are delivered after a restart), so consume-queue units read later can point past this snapshot
+    end_phy: int = 0
 
     def by_property(self, name: str) -> dict[str, list[Record]]:
         out: dict[str, list[Record]] = collections.defaultdict(list)
@@ -267,6 +270,7 @@ def read_store(root: Path) -> StoreImage:
                                           h.body_len, h.sys_flag, h.prepared_transaction_offset,
                                           bytes(body) if h.topic in KEEP_BODY else b""))
                 pos += h.total_size
+                img.end_phy = start + pos
                 continue
             if isinstance(h, str):
                 img.problems.append(f"{seg.name} @{start + pos}: {h}")
@@ -339,8 +343,8 @@ def check_consistency(img: StoreImage) -> dict[str, int]:
             gaps += 1
             img.problems.append(f"consume queue {key}: logical offsets not contiguous")
         for off, phy, size in units:
-            if phy < img.min_phy:
-                continue
+            if phy < img.min_phy or phy >= img.end_phy:
+                continue  # retention removed it, or appended after the commit log was read
             r = by_phy.get(phy)
             if r is None or r.topic != key[0] or r.queue_id != key[1] or r.queue_offset != off:
                 bad_units += 1
