@@ -2,10 +2,11 @@
 process with SIGKILL at an exact point of the append path.
 
 The scenario writes the name of a window into the file named by ``$CHAOS_KILL_FILE`` before it starts the broker:
-``timer`` (the timer wheel's delivered copy of a parked message) or ``delay`` (a delay level's delivered copy). The
-dispatcher runs inside ``put_message``, right after that copy's append and before the service that appended it
-records its progress; on the first such record it removes the file (so the restarted broker runs normally) and
-kills the process: what a kill -9 landing in that window leaves behind.
+``timer`` (the timer wheel's delivered copy of a parked message), ``delay`` (a delay level's delivered copy) or
+``commit`` (a transaction's committed message, before its op record). The dispatcher runs inside ``put_message``,
+right after that record's append and before the service that appended it records its progress; on the first such
+record it removes the file (so the restarted broker runs normally) and kills the process: what a kill -9 landing in
+that window leaves behind.
 """
 
 import os
@@ -15,14 +16,20 @@ from pyrmq.kernel.hookspecs import hookimpl
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TIMER_TOPIC = "rmq_sys_wheel_timer"
+#: sysFlag bits of a transaction's type, and the committed type (RocketMQ's MessageSysFlag)
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_COMMIT_TYPE = 0x8
 
 
 def window_of(request):
-    """Which delivery a dispatched record is, or None: a copy re-written to its real topic keeps the property its
-    scheduler parked it with (a timer copy TIMER_DELIVER_MS, a delay-level copy REAL_TOPIC)."""
+    """Which window a dispatched record closes, or None: a transaction's commit has the committed sysFlag; a copy
+    re-written to its real topic keeps the property its scheduler parked it with (a timer copy TIMER_DELIVER_MS, a
+    delay-level copy REAL_TOPIC)."""
     props = request.properties
     if request.topic in (SCHEDULE_TOPIC, TIMER_TOPIC):
         return None
+    if request.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_COMMIT_TYPE:
+        return "commit"
     if "TIMER_DELIVER_MS" in props:
         return "timer"
     if "REAL_TOPIC" in props and "DELAY" not in props:
