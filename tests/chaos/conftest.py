@@ -9,10 +9,13 @@ from . import harness
 from .harness import FULL, RESULTS
 
 
-@pytest.fixture(autouse=True)
-def _broker_port_picker(broker_port, monkeypatch):
-    """Cluster brokers take their port from the shared picker (tests/conftest.py)."""
-    monkeypatch.setattr(harness, "broker_port_picker", broker_port)
+@pytest.fixture(autouse=True, scope="session")
+def _broker_port_picker(broker_port):
+    """Cluster brokers take their port from the shared picker (tests/conftest.py); session-wide, so that
+    module-scoped fixtures building a Cluster have it too."""
+    harness.broker_port_picker = broker_port
+    yield
+    harness.broker_port_picker = None
 
 
 def pytest_terminal_summary(terminalreporter):
