@@ -66,12 +66,12 @@ MAX_DELAY_DAYS = 400
 ENQUEUE_BATCH = 4096
 RETRY_AFTER_S = 1.0
 _OFFSET = struct.Struct(">q")
-#: a ``done`` file's intent entry: ``-(parked offset + 1)``, then the commit-log offset its copy is about to take
-_INTENT = struct.Struct(">qq")
 
 
 #: transaction types that are never scheduled (a prepared or rolled-back message is not delivered at all)
 _NOT_DELIVERED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+#: a ``done`` file's intent entry: ``-(parked offset + 1)``, then the commit-log offset its copy is about to take
+_INTENT = struct.Struct(">qq")
 
 
 class TimerService:
