@@ -26,6 +26,52 @@ def free_port_fixture() -> Callable[[], int]:
     return free_port
 
 
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_broker_port(*avoid: int, attempts: int = 200) -> int:
+    """A broker listenPort P on 127.0.0.1 with its neighbours free too: P - 2 (the VIP channel, RocketMQ's and ours)
+    and P + 1 (a master's HA port); none of the three in ``avoid`` (ports picked but not bound yet)."""
+    for _ in range(attempts):
+        port = free_port()
+        taken = (port - 2, port, port + 1)
+        if 1026 < port < 65535 and not set(taken) & set(avoid) and all(_bindable(p) for p in taken):
+            return port
+    raise AssertionError("no free port P on 127.0.0.1 with P - 2 (VIP) and P + 1 (HA) free too")
+
+
+@pytest.fixture(name="broker_port", scope="session")
+def broker_port_fixture() -> Callable[[], int]:
+    """``broker_port(*avoid)``: a port for a broker started on a fixed port (a subprocess): P, P - 2 (VIP channel)
+    and P + 1 (HA) all free right now and not in ``avoid``. The one port picker for brokers; an in-process role
+    uses port 0."""
+    return free_broker_port
+
+
+async def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    """Await ``predicate()`` every 0.2 s until it returns something true, and return that; fail naming ``what`` after
+    ``timeout`` seconds."""
+    with trio.move_on_after(timeout):
+        while True:
+            value = await predicate()
+            if value:
+                return value
+            await trio.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+@pytest.fixture(name="until", scope="session")
+def until_fixture() -> Callable[..., Any]:
+    """``await until(async_predicate, "what it waits for", timeout=60)``: poll with a deadline (see wait_until)."""
+    return wait_until
+
+
 @pytest.fixture
 def start_role(nursery: trio.Nursery, tmp_path) -> Callable[..., Any]:
     """``kernel = await start_role("namesrv", {"namesrv.listenPort": 0}, extra_plugins=[...])``; stopped at teardown."""

@@ -20,6 +20,12 @@ atomically every ``flushDelayOffsetInterval``, only when changed, and at shutdow
 ``done.<gen>``: the commit-log offsets of parked records delivered or rolled since the snapshot, appended (one write
 syscall, so it survives kill -9) after each delivery. Recovery restores the snapshot, re-enqueues the consume queue
 from its offset, and skips what ``done`` lists: each message is delivered once. See docs/delay.md.
+
+The kill window between a delivery's append and its ``done`` entry (the delay levels have the same one, closed the
+same way): before each copy is appended, an *intent* entry names the parked record and the commit-log offset the
+copy is about to take. After a crash, an intent without its ``done`` entry is the one delivery that was under way;
+if the record at that offset is its copy (same ``UNIQ_KEY``, the real topic or the timer topic), it is skipped
+like a listed one, otherwise delivered.
 """
 
 from __future__ import annotations
@@ -66,6 +72,8 @@ _REAL_TOPIC_KEY = PROPERTY_REAL_TOPIC.encode() + b"\x01"  # a property's name an
 
 #: transaction types that are never scheduled (a prepared or rolled-back message is not delivered at all)
 _NOT_DELIVERED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
+#: a ``done`` file's intent entry: ``-(parked offset + 1)``, then the commit-log offset its copy is about to take
+_INTENT = struct.Struct(">qq")
 
 
 class TimerService:
@@ -282,12 +290,15 @@ class TimerService:
         if not restored and os.listdir(log_dir):
             log.warning("timer: no snapshot in %s (none written yet, or lost); rebuilding the wheel from the %s queue", self.directory, TIMER_TOPIC)
         # deliveries and rolls made after the snapshot (a crash): skip them while catching up
+        under_way: dict[int, int] = {}
         for path in self._done_files():
             if self._gen_of(path) >= self._done_gen:
                 with open(path, "rb") as f:
                     data = f.read()
-                n = len(data) // 8
-                self._skip.update(v for (v,) in _OFFSET.iter_unpack(data[: n * 8]))
+                self._read_done(data, under_way)
+        for phy, copy_at in under_way.items():
+            if self._copied_before_crash(phy, copy_at):
+                self._skip.add(phy)
         if self._skip:
             log.info("timer: %d deliveries made after the last snapshot will not be repeated", len(self._skip))
             cq = self.store.consume_queues.get(TIMER_TOPIC, 0)
@@ -313,6 +324,50 @@ class TimerService:
     def _open_done(self) -> None:
         path = os.path.join(self.directory, f"done.{self._done_gen}")
         self._done_fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def _read_done(self, data: bytes, under_way: dict[int, int]) -> None:
+        """Add the offsets a ``done`` file lists to the skip set; ``under_way`` gets parked offset -> copy offset of
+        each intent not followed by its ``done`` entry."""
+        n = len(data) // 8
+        values = [v for (v,) in _OFFSET.iter_unpack(data[: n * 8])]
+        i = 0
+        while i < n:
+            v = values[i]
+            if v >= 0:
+                self._skip.add(v)
+                under_way.pop(v, None)
+                i += 1
+            elif i + 1 < n:
+                under_way[-v - 1] = values[i + 1]
+                i += 2
+            else:
+                break  # an intent without its offset: the write did not complete, nor did the append after it
+
+    def _copied_before_crash(self, phy: int, copy_at: int) -> bool:
+        """Is the record the copy of the parked record at ``phy`` was to take (at ``copy_at``, or at the start of
+        the next segment when that one had no room) that copy? Only records recovered from before the crash count:
+        a client's re-send after the restart carries the same UNIQ_KEY."""
+        store = self.store
+        report = getattr(store, "recovery_report", None)
+        end = report.max_offset if report is not None and report.abnormal else store.max_phy_offset
+        parked = store.look_message_by_offset(phy)
+        uniq = parked.properties.get("UNIQ_KEY") if parked is not None else None
+        if not uniq:
+            return False
+        targets = {TIMER_TOPIC, parked.properties.get(PROPERTY_REAL_TOPIC)}
+        segment = store.config.mapped_file_size_commit_log
+        for at in (copy_at, (copy_at // segment + 1) * segment):
+            copy = store.look_message_by_offset(at) if at < end else None
+            if copy is not None:
+                if copy.topic in targets and copy.properties.get("UNIQ_KEY") == uniq:
+                    log.info("timer: the parked record at %d (%s) was delivered at %d just before the crash; not again",
+                             phy, uniq, at)
+                    return True
+                return False
+        return False
+
+    def _mark_intent(self, phy: int) -> None:
+        os.write(self._done_fd, _INTENT.pack(-phy - 1, self.store.max_phy_offset))
 
     def _mark_done(self, phy: int) -> None:
         os.write(self._done_fd, _OFFSET.pack(phy))
@@ -456,6 +511,7 @@ class TimerService:
         for i, (deliver_ms, phy, size, flags) in enumerate(due):
             if self._skip and phy in self._skip:
                 continue
+            self._mark_intent(phy)
             ok = self._roll(phy, size) if flags & FLAG_ROLL else self.deliver(phy, size, deliver_ms)
             if not ok:
                 return due[i:]

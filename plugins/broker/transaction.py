@@ -24,6 +24,10 @@ END_TRANSACTION (37) with COMMIT or ROLLBACK. Consumers only ever see committed 
 * **Durable positions**: the half and op queues are read from the offsets of group ``CID_RMQ_SYS_TRANS``
   (consumerOffset.json, written after each pass); the op records themselves say what is resolved, so a restart
   (even after SIGKILL, with older positions) neither re-checks resolved halves nor loses pending ones.
+* **A kill between a commit and its op record** (RocketMQ 4.x would check the half back and commit it again): the
+  two appends are one synchronous step, so after such a kill the commit is the last record of the recovered commit
+  log. After a crash recovery the service looks at that record, and when it is the commit of a half still pending
+  it writes the missing op record instead of checking the half back.
 """
 
 from __future__ import annotations
@@ -178,9 +182,54 @@ class TransactionService:
         self.op_read = self.op_pos = max(op, self.store.get_min_offset_in_queue(OP_TOPIC, 0), 0)
         self._loaded = True
         self.ingest()
+        if self.pending and not self.slave:
+            self._close_commit_cut_by_crash()
         if self.pending:
             log.info("transactions: %d pending half messages from half offset %d, op offset %d",
                      len(self.pending), self.half_pos, self.op_pos)
+
+    def _last_record(self) -> StoredMessage | None:
+        """The last record of a commit log just recovered from a crash (walked from the start of the last segment
+        that holds one, never before the recovery's verifying scan), or None."""
+        store = self.store
+        report = getattr(store, "recovery_report", None)
+        if report is None or not report.abnormal:
+            return None
+        end = report.max_offset
+        segment = store.config.mapped_file_size_commit_log
+        first = (end - 1) // segment * segment if end > 0 else 0
+        while first >= max(report.scan_start - segment, 0):
+            pos, last = max(first, report.scan_start), None
+            while pos < min(end, first + segment):
+                size = store.commit_log.record_size_at(pos)
+                if size is None:
+                    break  # the blank at the end of a segment
+                last, pos = pos, pos + size
+            if last is not None:
+                return store.look_message_by_offset(last)
+            first -= segment
+        return None
+
+    def _close_commit_cut_by_crash(self) -> None:
+        """Write the op record a kill cut off after its half's commit (see the module notes)."""
+        try:
+            last = self._last_record()
+        except Exception:  # noqa: BLE001 - a damaged tail decodes as garbage: then nothing was committed there
+            log.warning("transactions: the last record of the recovered commit log does not decode", exc_info=True)
+            return
+        if last is None or last.sys_flag & TRANSACTION_TYPE_MASK != TRANSACTION_COMMIT_TYPE:
+            return
+        named = self.store.look_message_by_offset(last.prepared_transaction_offset)
+        if named is None or named.topic != HALF_TOPIC or named.properties.get(REAL_TOPIC) != last.topic \
+                or named.properties.get(UNIQ_KEY) != last.properties.get(UNIQ_KEY):
+            return  # not the commit of that half
+        half = self.pending.get(origin_of(named, named.properties))
+        if half is None:
+            return
+        log.warning("transactions: the commit at %d of half %d was the last record before the crash, its op record "
+                    "was not written: writing it now (the half is not checked back)", last.commit_log_offset, half.origin)
+        self._put(self._op_record(half), "op record")
+        self._forget(half.origin)
 
     def _records(self, topic: str, offset: int):
         """(queue offset, record view) of ``topic`` queue 0 from ``offset`` to its end."""

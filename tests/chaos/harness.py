@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,32 @@ def report(scenario: str, **figures: Any) -> None:
             f.write(json.dumps({"scenario": scenario, **figures}) + "\n")
 
 
+#: test-only broker plugins (tests/chaos/probe), importable with this folder on the broker's PYTHONPATH
+PROBE_DIR = Path(__file__).with_name("probe")
+
+
+def probe_bundle(path: Path, *plugins: str) -> Path:
+    """Write the packaged broker bundle plus ``plugins`` (modules of :data:`PROBE_DIR`) to ``path``."""
+    text = files("pyrmq.configs").joinpath("broker.toml").read_text()
+    assert "plugins = [" in text
+    path.write_text(text.replace("plugins = [", "plugins = [\n" + "".join(f'    "{p}",\n' for p in plugins), 1))
+    return path
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+#: the one broker port picker of the tests (tests/conftest.py ``broker_port``: P, P - 2 for the VIP channel and
+#: P + 1 for HA all free), installed by tests/chaos/conftest.py for every chaos test
+broker_port_picker: Callable[[], int] | None = None
+
+
+def broker_port() -> int:
+    assert broker_port_picker is not None, "tests/chaos/conftest.py installs the broker port picker"
+    return broker_port_picker()
 
 
 def pyrmq_cmd(*args: str) -> list[str]:
@@ -106,7 +129,7 @@ class Cluster:
     root: Path
     broker_settings: dict[str, str] = attrs.Factory(dict)
     namesrv_port: int = attrs.Factory(free_port)
-    broker_port: int = attrs.Factory(free_port)
+    broker_port: int = attrs.Factory(broker_port)
     namesrv: subprocess.Popen | None = None
     broker: subprocess.Popen | None = None
     #: the store directory (default ``root/store``)
@@ -177,6 +200,9 @@ class Record:
     body_pos: int = 0
     body_len: int = 0
     sys_flag: int = 0
+    prepared_transaction_offset: int = 0
+    #: the body, kept only for the topics in :data:`KEEP_BODY` (small bookkeeping records)
+    body: bytes = b""
 
     @property
     def in_queue(self) -> bool:
@@ -205,6 +231,10 @@ class StoreImage:
             if v is not None:
                 out[v].append(r)
         return out
+
+
+#: topics whose record bodies read_store keeps: the transaction op records (body = resolved half queue offsets)
+KEEP_BODY = frozenset({"RMQ_SYS_TRANS_OP_HALF_TOPIC"})
 
 
 def _mapped(path: str) -> mmap.mmap | bytes:
@@ -237,7 +267,8 @@ def read_store(root: Path) -> StoreImage:
                     img.bad_crc.append(h.pos)
                 img.records.append(Record(h.pos, h.total_size, h.topic, h.queue_id, h.queue_offset,
                                           h.store_timestamp, decode_properties(h.properties_bytes), h.body_pos,
-                                          h.body_len, h.sys_flag))
+                                          h.body_len, h.sys_flag, h.prepared_transaction_offset,
+                                          bytes(body) if h.topic in KEEP_BODY else b""))
                 pos += h.total_size
                 img.end_phy = start + pos
                 continue
@@ -330,7 +361,7 @@ def check_consistency(img: StoreImage) -> dict[str, int]:
 @attrs.define
 class Ack:
     cid: str
-    kind: str  # plain | batch | delay | timer
+    kind: str  # plain | batch | delay | timer | txc | txr | txuc | txur (tests/chaos/txn_proc.py)
     attempts: int
 
 
@@ -349,6 +380,17 @@ def read_acks(paths: Iterable[Path]) -> tuple[dict[str, Ack], int]:
             elif len(parts) == 2 and parts[0] == "F":
                 failed += 1
     return acks, failed
+
+
+def read_checks(paths: Iterable[Path]) -> set[str]:
+    """The cids whose transaction the broker checked back, from the transaction producers' logs (``K cid`` lines)."""
+    out: set[str] = set()
+    for p in paths:
+        for line in iter_lines(p):
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == "K":
+                out.add(parts[1])
+    return out
 
 
 def percentile(values: list[float], p: float) -> float:

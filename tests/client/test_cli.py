@@ -95,11 +95,9 @@ async def test_an_unreachable_name_server_is_a_clear_error(free_port):
         assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-async def test_dev_demo_shows_messages_flowing_and_stops_on_sigint(tmp_path, free_port):
+async def test_dev_demo_shows_messages_flowing_and_stops_on_sigint(tmp_path, free_port, broker_port):
     namesrv_port = free_port()
-    broker_port = free_port()
-    while abs(broker_port - namesrv_port) <= 2:  # the broker also takes listenPort - 2 (VIP)
-        broker_port = free_port()
+    broker_port = broker_port(namesrv_port)  # the broker also takes listenPort - 2 (VIP) and + 1 (HA)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = await trio.lowlevel.open_process(
         [*PYRMQ, "dev", "--dashboard-port", "0", "--demo", "--namesrv-port", str(namesrv_port), "--port", str(broker_port),

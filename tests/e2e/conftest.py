@@ -211,8 +211,8 @@ class JavaDriver:
 
 
 @pytest.fixture(scope="module")
-def java_cluster(tmp_path_factory, request):
-    """A `pyrmq namesrv` + `pyrmq broker` pair (broker on a port whose VIP port, port - 2, is free too; delay levels
+def java_cluster(tmp_path_factory, request, broker_port):
+    """A `pyrmq namesrv` + `pyrmq broker` pair (broker on a port whose VIP and HA neighbours are free too; delay levels
     from the module's ``BROKER_SETTINGS``) and the Java driver connected to them, shared by one test module."""
     workdir = tmp_path_factory.mktemp("java")
     roles: list[Role] = []
@@ -220,7 +220,7 @@ def java_cluster(tmp_path_factory, request):
     try:
         namesrv = Role(["namesrv", "--listen", "127.0.0.1:0"], workdir / "namesrv.log").start()
         roles.append(namesrv)
-        port = _port_with_vip()
+        port = broker_port()
         settings = [x for k, v in getattr(request.module, "BROKER_SETTINGS", {}).items() for x in ("--set", f"{k}={v}")]
         broker = Role(["broker", "-c", "broker", "--namesrv", namesrv.listening["namesrv"], "--listen", f"127.0.0.1:{port}",
                        "--store-dir", str(workdir / "store"), *settings], workdir / "broker.log").start()
@@ -249,19 +249,3 @@ def java_driver():
     yield start
     for driver in drivers:
         driver.close()
-
-
-def _port_with_vip() -> int:
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            with socket.socket() as vip:
-                vip.bind(("127.0.0.1", port - 2))
-            return port
-        except OSError:
-            continue
-    raise AssertionError("no free port pair (port, port - 2) for the broker and its VIP port")

@@ -5,7 +5,6 @@ running as real subprocesses (issue 5).
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -16,12 +15,6 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store.format import decode_message_id, decode_messages
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def create_topic(client: BlockingRemotingClient, broker: str, topic: str, queues: int = 4) -> None:
@@ -41,9 +34,9 @@ def start_broker(spawn, namesrv: str, port: int, store: str, name: str = "broker
                  "--set", f"brokerName={name}", name=name)
 
 
-def test_alions_produces_consumes_survives_restart_and_is_queryable(run_js, spawn, tmp_path):
+def test_alions_produces_consumes_survives_restart_and_is_queryable(run_js, spawn, tmp_path, broker_port):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    port = free_port()
+    port = broker_port()
     store = str(tmp_path / "store")
     broker = start_broker(spawn, namesrv, port, store)
     broker_addr = broker.listening["broker"]
@@ -82,10 +75,10 @@ def test_alions_produces_consumes_survives_restart_and_is_queryable(run_js, spaw
         assert decode_messages(viewed.body_bytes())[0].properties["KEYS"] == "k-7"
 
 
-def test_two_brokers_one_topic_and_a_killed_broker_leaves_the_routes(run_js, spawn, tmp_path):
+def test_two_brokers_one_topic_and_a_killed_broker_leaves_the_routes(run_js, spawn, tmp_path, broker_port):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    a = start_broker(spawn, namesrv, free_port(), str(tmp_path / "a"), "broker-a")
-    b = start_broker(spawn, namesrv, free_port(), str(tmp_path / "b"), "broker-b")
+    a = start_broker(spawn, namesrv, broker_port(), str(tmp_path / "a"), "broker-a")
+    b = start_broker(spawn, namesrv, broker_port(), str(tmp_path / "b"), "broker-b")
     with BlockingRemotingClient() as client:
         for broker in (a, b):
             create_topic(client, broker.listening["broker"], "Spread", 2)

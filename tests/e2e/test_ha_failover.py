@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import sys
 from collections import Counter
 from pathlib import Path
@@ -23,38 +22,10 @@ from pyrmq.remoting.command import RemotingCommand
 TOPIC = "HaFailover"
 
 
-def _port() -> int:
-    """A port P with P - 2 (VIP) and P + 1 (HA) free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 1100 or port > 65000:
-            continue
-        try:
-            for p in (port - 2, port, port + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no port with free neighbours on 127.0.0.1")
-
-
-def _broker(spawn, namesrv: str, store: Path, name: str, *sets: str, bundle: str = "broker"):
+def _broker(spawn, namesrv: str, port: int, store: Path, name: str, *sets: str, bundle: str = "broker"):
     settings = ["flushDiskType=SYNC_FLUSH", "mappedFileSizeCommitLog=4194304", "haSendHeartbeatInterval=500", *sets]
-    return spawn("broker", "-c", bundle, "--namesrv", namesrv, "--listen", f"127.0.0.1:{_port()}",
+    return spawn("broker", "-c", bundle, "--namesrv", namesrv, "--listen", f"127.0.0.1:{port}",
                  "--store-dir", str(store), *[x for kv in settings for x in ("--set", kv)], name=name)
-
-
-async def _until(predicate, what: str, timeout: float = 30.0):
-    with trio.move_on_after(timeout):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await trio.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 async def _create_topic(addr: str) -> None:
@@ -65,34 +36,36 @@ async def _create_topic(addr: str) -> None:
         assert (await rc.invoke(addr, create)).code == ResponseCode.SUCCESS
 
 
-def _group_a(spawn, namesrv: str, tmp_path: Path):
+def _group_a(spawn, namesrv: str, tmp_path: Path, broker_port):
     """broker-a: a SYNC_MASTER and its slave."""
-    master = _broker(spawn, namesrv, tmp_path / "a-master", "a-master", "brokerName=broker-a", "brokerRole=SYNC_MASTER")
+    master = _broker(spawn, namesrv, broker_port(), tmp_path / "a-master", "a-master", "brokerName=broker-a",
+                     "brokerRole=SYNC_MASTER")
     # the slave pulls topic configs soon (a slave refuses pulls of a topic it has no config for, as 4.x does)
     bundle = tmp_path / "slave.toml"
     bundle.write_text(packaged_bundle_path("broker").read_text()
                       + '\n[plugins."pyrmq.plugins.broker.ha.plugin"]\nslaveSyncInterval = 500\nslaveSyncFirstDelay = 200\n')
-    slave = _broker(spawn, namesrv, tmp_path / "a-slave", "a-slave", "brokerName=broker-a", "brokerRole=SLAVE",
+    slave = _broker(spawn, namesrv, broker_port(), tmp_path / "a-slave", "a-slave", "brokerName=broker-a",
+                    "brokerRole=SLAVE",
                     "brokerId=1", bundle=str(bundle))
     return master, slave
 
 
-async def _topic_on(addr: str) -> None:
+async def _topic_on(addr: str, until) -> None:
     async def known():
         async with RemotingClient() as rc:
             topics = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}))
             return TOPIC in topics.body_bytes().decode()
 
-    await _until(known, f"{TOPIC} synchronised to the slave {addr}")
+    await until(known, f"{TOPIC} synchronised to the slave {addr}")
 
 
-async def _replicated(producer: Producer) -> None:
+async def _replicated(producer: Producer, until) -> None:
     """Until the slave's first report reaches broker-a's SYNC_MASTER it answers SLAVE_NOT_AVAILABLE."""
     async def send_ok():
         result = await producer.send(Message(TOPIC, b"probe"))
         return result.status.value == "SEND_OK" and result.message_queue.broker_name == "broker-a"
 
-    await _until(send_ok, "a SYNC_MASTER send acknowledged by the slave")
+    await until(send_ok, "a SYNC_MASTER send acknowledged by the slave")
 
 
 async def _admin_query(namesrv: str, *args: str) -> tuple[int, str, str]:
@@ -101,13 +74,13 @@ async def _admin_query(namesrv: str, *args: str) -> tuple[int, str, str]:
     return out.returncode, out.stdout.decode(), out.stderr.decode()
 
 
-async def test_admin_reads_a_message_from_the_slave(spawn, tmp_path):
+async def test_admin_reads_a_message_from_the_slave(spawn, tmp_path, broker_port, until):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    master, slave = _group_a(spawn, namesrv, tmp_path)
+    master, slave = _group_a(spawn, namesrv, tmp_path, broker_port)
     await _create_topic(master.listening["broker"])
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0)
     async with Producer(config=config, group="ha_admin_producer") as producer:
-        await _replicated(producer)
+        await _replicated(producer, until)
         sent = [await producer.send(Message(TOPIC, f"m-{i}".encode(), keys=[f"k-{i}"])) for i in range(10)]
     assert [r.status.value for r in sent] == ["SEND_OK"] * 10
     target = sent[7]
@@ -118,7 +91,7 @@ async def test_admin_reads_a_message_from_the_slave(spawn, tmp_path):
 
     from_master = await read()
     assert from_master["body"] == "m-7" and from_master["keys"] == ["k-7"]
-    assert await _until(lambda: read("--broker-id", "1"), "the message read from the slave") == from_master
+    assert await until(lambda: read("--broker-id", "1"), "the message read from the slave") == from_master
     code, _, err = await _admin_query(namesrv, "--id", target.offset_msg_id, "--broker-id", "2")
     assert code != 0 and "no broker with id 2" in err, err
 
@@ -128,8 +101,8 @@ async def test_admin_reads_a_message_from_the_slave(spawn, tmp_path):
         code, _, _ = await _admin_query(namesrv, "--id", target.offset_msg_id)
         return code != 0
 
-    await _until(master_gone, "the id unreadable from the dead master")
-    from_slave = await _until(lambda: read("--broker-id", "1"), "the message read from the slave, master dead")
+    await until(master_gone, "the id unreadable from the dead master")
+    from_slave = await until(lambda: read("--broker-id", "1"), "the message read from the slave, master dead")
     assert from_slave == from_master
     async with Admin(namesrv) as admin:
         by_key = await admin.query_message_by_key(TOPIC, "k-3", broker_id=1)
@@ -140,10 +113,11 @@ async def test_admin_reads_a_message_from_the_slave(spawn, tmp_path):
     slave.stop()
 
 
-async def test_producer_fails_over_to_another_group(spawn, tmp_path):
+async def test_producer_fails_over_to_another_group(spawn, tmp_path, broker_port, until):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    master_a, slave_a = _group_a(spawn, namesrv, tmp_path)
-    master_b = _broker(spawn, namesrv, tmp_path / "b-master", "b-master", "brokerName=broker-b", "brokerRole=ASYNC_MASTER")
+    master_a, slave_a = _group_a(spawn, namesrv, tmp_path, broker_port)
+    master_b = _broker(spawn, namesrv, broker_port(), tmp_path / "b-master", "b-master", "brokerName=broker-b",
+                       "brokerRole=ASYNC_MASTER")
     for broker in (master_a, master_b):
         await _create_topic(broker.listening["broker"])
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
@@ -169,12 +143,12 @@ async def test_producer_fails_over_to_another_group(spawn, tmp_path):
             route = await admin.topic_route(TOPIC)
             return {b.broker_name for b in route.broker_datas if b.master} == {"broker-a", "broker-b"}
 
-        await _until(both_groups, "the topic's route naming both broker groups")
+        await until(both_groups, "the topic's route naming both broker groups")
     async with Producer(config=config, group="ha_failover_producer") as producer:
-        await _replicated(producer)
+        await _replicated(producer, until)
         await send("before", 100)
         assert by_group[("before", "broker-a")] > 0 and by_group[("before", "broker-b")] > 0, by_group
-        await _topic_on(slave_a.listening["broker"])
+        await _topic_on(slave_a.listening["broker"], until)
         master_a.stop(signal.SIGKILL)
         await send("after", 300)
     print(f"send results {dict(statuses)}, by group {dict(by_group)}")
@@ -193,7 +167,7 @@ async def test_producer_fails_over_to_another_group(spawn, tmp_path):
             return sent_ok <= set(seen)
 
         try:
-            await _until(every, "every SEND_OK message consumed (broker-a's from its slave)", 30)
+            await until(every, "every SEND_OK message consumed (broker-a's from its slave)", 30)
         finally:
             missing = sorted(sent_ok - set(seen))
             print(f"consumed {len(seen)} distinct, missing {len(missing)}: {missing[:10]}")

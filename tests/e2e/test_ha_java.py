@@ -5,12 +5,10 @@ master is gone, and a pyrmq slave replicating from a Java SYNC_MASTER. Both chec
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import pytest
-import trio
 
 from pyrmq.client import Message, Producer
 from pyrmq.client.config import ClientConfig
@@ -21,7 +19,7 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store.format import decode_messages
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "java"))
-from javabroker import JavaRocketMQ, free_broker_port  # noqa: E402
+from javabroker import JavaRocketMQ  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -35,21 +33,11 @@ def _create_topic(topic: str) -> RemotingCommand:
         "topicFilterType": "SINGLE_TAG"})
 
 
-async def _until(predicate, what: str, timeout: float = 60.0):
-    with trio.move_on_after(timeout):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await trio.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
-
-
 def _first_file(store: Path) -> bytes:
     return (store / "commitlog" / f"{0:020d}").read_bytes()
 
 
-async def _send_replicated(namesrv: str, topic: str) -> tuple[list[str], int]:
+async def _send_replicated(namesrv: str, topic: str, until) -> tuple[list[str], int]:
     """Sends until the master acknowledges a replicated send, then COUNT more; all must be SEND_OK. Returns the
     bodies and how many probes were stored before."""
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0)
@@ -64,7 +52,7 @@ async def _send_replicated(namesrv: str, topic: str) -> tuple[list[str], int]:
             probes += 1
             return status == "SEND_OK"
 
-        await _until(replicated, "a SYNC_MASTER send acknowledged by the slave", 90)
+        await until(replicated, "a SYNC_MASTER send acknowledged by the slave", 90)
         statuses = []
         for i in range(COUNT):
             statuses.append((await producer.send(Message(topic, f"m-{i}".encode(), keys=[f"m-{i}"]))).status.value)
@@ -72,9 +60,10 @@ async def _send_replicated(namesrv: str, topic: str) -> tuple[list[str], int]:
     return [f"m-{i}" for i in range(COUNT)], probes
 
 
-async def test_a_java_slave_replicates_from_a_pyrmq_master_and_serves_a_java_consumer(spawn, tmp_path, java_driver):
+async def test_a_java_slave_replicates_from_a_pyrmq_master_and_serves_a_java_consumer(spawn, tmp_path, java_driver,
+                                                                                    broker_port, until):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    mport = free_broker_port()
+    mport = broker_port()
     mstore = tmp_path / "master"
     master = spawn("broker", "-c", "broker", "--namesrv", namesrv, "--listen", f"127.0.0.1:{mport}",
                    "--store-dir", str(mstore), "--set", "brokerRole=SYNC_MASTER",
@@ -86,12 +75,12 @@ async def test_a_java_slave_replicates_from_a_pyrmq_master_and_serves_a_java_con
         java.start_broker()
         async with RemotingClient() as rc:
             assert (await rc.invoke(master.listening["broker"], _create_topic("HaJava"))).code == ResponseCode.SUCCESS
-        bodies, probes = await _send_replicated(namesrv, "HaJava")
+        bodies, probes = await _send_replicated(namesrv, "HaJava", until)
 
         async def same():
             return _first_file(mstore) == _first_file(tmp_path / "java-slave")
 
-        await _until(same, "the Java slave's commit log equal to the pyrmq master's")
+        await until(same, "the Java slave's commit log equal to the pyrmq master's")
         master.stop(signal.SIGKILL)
         driver = java_driver(namesrv, tmp_path)
         driver.call("consume", name="from-slave", group="gHaJava", topic="HaJava")
@@ -101,11 +90,11 @@ async def test_a_java_slave_replicates_from_a_pyrmq_master_and_serves_a_java_con
         java.stop()
 
 
-async def test_a_pyrmq_slave_replicates_from_a_java_master(spawn, tmp_path):
+async def test_a_pyrmq_slave_replicates_from_a_java_master(spawn, tmp_path, broker_port, until):
     java = JavaRocketMQ(tmp_path / "java", tmp_path / "java-master", broker_conf={
         "brokerRole": "SYNC_MASTER", "mappedFileSizeCommitLog": FILE_SIZE})
     with java:
-        sport = free_broker_port()
+        sport = broker_port()
         sstore = tmp_path / "slave"
         bundle = tmp_path / "slave.toml"
         bundle.write_text(packaged_bundle_path("broker").read_text()
@@ -116,12 +105,12 @@ async def test_a_pyrmq_slave_replicates_from_a_java_master(spawn, tmp_path):
                       name="slave")
         async with RemotingClient() as rc:
             assert (await rc.invoke(java.broker_addr, _create_topic("HaFromJava"))).code == ResponseCode.SUCCESS
-            bodies, _ = await _send_replicated(java.namesrv_addr, "HaFromJava")
+            bodies, _ = await _send_replicated(java.namesrv_addr, "HaFromJava", until)
 
             async def same():
                 return _first_file(tmp_path / "java-master") == _first_file(sstore)
 
-            await _until(same, "the pyrmq slave's commit log equal to the Java master's")
+            await until(same, "the pyrmq slave's commit log equal to the Java master's")
 
             # the slave's own consume queues serve pulls once the topic config came over from the Java master
             async def pulled():
@@ -141,4 +130,4 @@ async def test_a_pyrmq_slave_replicates_from_a_java_master(spawn, tmp_path):
                         offset = int(resp.ext_fields["nextBeginOffset"])
                 return set(bodies) <= set(got)
 
-            await _until(pulled, "every message pulled from the pyrmq slave", 30)
+            await until(pulled, "every message pulled from the pyrmq slave", 30)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 from collections import Counter
 from pathlib import Path
@@ -26,24 +25,6 @@ from pyrmq.store.format import decode_messages
 MESSAGES = int(os.environ.get("PYRMQ_HA_MESSAGES", "10000"))
 FILE_SIZE = 8 * 1024 * 1024
 TOPIC = "HaTopic"
-
-
-def _ports() -> int:
-    """A port P with P - 2 (VIP) and P + 1 (HA) free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 1100 or port > 65000:
-            continue
-        try:
-            for p in (port - 2, port, port + 1):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no port with free neighbours on 127.0.0.1")
 
 
 async def _true(value: bool) -> bool:
@@ -69,16 +50,6 @@ def _commit_log(store: Path) -> bytes:
     return b"".join(f.read_bytes() for f in files)
 
 
-async def _until(predicate, what: str, timeout: float = 60.0):
-    with trio.move_on_after(timeout):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await trio.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
-
-
 async def _send_all(producer: Producer, prefix: str, count: int, statuses: Counter, ids: dict[str, str]) -> None:
     async def worker(start: int) -> None:
         for i in range(start, count, 32):
@@ -91,9 +62,9 @@ async def _send_all(producer: Producer, prefix: str, count: int, statuses: Count
             nursery.start_soon(worker, w)
 
 
-async def test_master_slave_processes(spawn, tmp_path):
+async def test_master_slave_processes(spawn, tmp_path, broker_port, until):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    mport, sport = _ports(), _ports()
+    mport, sport = broker_port(), broker_port()
     mstore, sstore = tmp_path / "master", tmp_path / "slave"
     master_args = _broker_args("broker", namesrv, mport, mstore, "brokerRole=SYNC_MASTER")
     slave_args = _broker_args(_slave_bundle(tmp_path), namesrv, sport, sstore, "brokerRole=SLAVE", "brokerId=1")
@@ -115,7 +86,7 @@ async def test_master_slave_processes(spawn, tmp_path):
             async def replicated_send():
                 return (await producer.send(Message(TOPIC, b"probe"))).status.value == "SEND_OK"
 
-            await _until(replicated_send, "a SYNC_MASTER send acknowledged by the slave")
+            await until(replicated_send, "a SYNC_MASTER send acknowledged by the slave")
             half = MESSAGES // 2
             await _send_all(producer, "a", half, statuses, ids)
             assert statuses == Counter({"SEND_OK": half}), statuses
@@ -126,7 +97,7 @@ async def test_master_slave_processes(spawn, tmp_path):
             await _send_all(producer, "b", 500, down, ids)
             assert down == Counter({"SLAVE_NOT_AVAILABLE": 500}), down
             slave = spawn(*slave_args, name="slave-again")
-            await _until(replicated_send, "SYNC_MASTER sends acknowledged again after the slave restarted")
+            await until(replicated_send, "SYNC_MASTER sends acknowledged again after the slave restarted")
             await _send_all(producer, "c", MESSAGES - half, statuses, ids)
             assert statuses == Counter({"SEND_OK": MESSAGES}), statuses
 
@@ -134,7 +105,7 @@ async def test_master_slave_processes(spawn, tmp_path):
         async def same_log():
             return _commit_log(mstore) == _commit_log(sstore)
 
-        await _until(same_log, "the slave's commit log equal to the master's")
+        await until(same_log, "the slave's commit log equal to the master's")
 
         # `pyrmq admin cluster list` shows the replication lag of both brokers of the group
         async def caught_up_listing():
@@ -145,7 +116,7 @@ async def test_master_slave_processes(spawn, tmp_path):
             ok = "1 slave(s), 0 B / 0.0 s behind" in rows.get("0", "") and "0 B behind" in rows.get("1", "")
             return text if ok else None
 
-        assert "REPLICATION LAG" in await _until(caught_up_listing, "cluster list showing the slave caught up", 30)
+        assert "REPLICATION LAG" in await until(caught_up_listing, "cluster list showing the slave caught up", 30)
 
         # same pulls from the slave's own consume queues, same key queries from its own index
         for qid in range(4):
@@ -185,7 +156,7 @@ async def test_master_slave_processes(spawn, tmp_path):
             resp = await rc.invoke(saddr, query)
             return resp.code == ResponseCode.SUCCESS and resp.ext_fields.get("offset") == "42"
 
-        await _until(offset_on_slave, "the consumer offset synchronised to the slave", timeout=15)
+        await until(offset_on_slave, "the consumer offset synchronised to the slave", timeout=15)
         topics = await rc.invoke(saddr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}))
         assert TOPIC in topics.body_bytes().decode()
 
@@ -201,13 +172,13 @@ async def test_master_slave_processes(spawn, tmp_path):
         async def some():
             return len(seen) >= 1000
 
-        await _until(some, "the consumer reading from the master")
+        await until(some, "the consumer reading from the master")
         master.stop(signal.SIGKILL)
 
         async def every():
             return expected <= set(seen)
 
-        await _until(every, f"every message consumed after the master died ({len(seen)} of {len(expected)})",
+        await until(every, f"every message consumed after the master died ({len(seen)} of {len(expected)})",
                      90 + MESSAGES / 1000)
         duplicates = sum(n - 1 for n in seen.values())
         print(f"consumed {len(seen)} distinct messages after the master's SIGKILL, {duplicates} duplicates")
@@ -225,6 +196,6 @@ async def test_master_slave_processes(spawn, tmp_path):
                     await _send_all(producer, "d", 64, Counter(), after)
                     return True
 
-                await _until(sent_after, "sending to the restarted master")
-            await _until(lambda: _true(set(after.values()) <= set(seen)), "the messages sent after the restart")
-            await _until(master_pulls, "the restarted master serving the consumers' pulls")
+                await until(sent_after, "sending to the restarted master")
+            await until(lambda: _true(set(after.values()) <= set(seen)), "the messages sent after the restart")
+            await until(master_pulls, "the restarted master serving the consumers' pulls")

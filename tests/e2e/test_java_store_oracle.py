@@ -32,7 +32,7 @@ from pyrmq.store.config_files import DelayOffsetFile
 from pyrmq.store.format import decode_message_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "java"))
-from javabroker import JavaRocketMQ, free_port  # noqa: E402
+from javabroker import JavaRocketMQ  # noqa: E402
 from javapeers import compile_sources, java_command  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -62,16 +62,17 @@ def user_props(props: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in props.items() if k not in SYSTEM}
 
 
-def start_pyrmq(spawn, store: Path):
-    """`pyrmq namesrv` + `pyrmq broker` on ``store``; returns (namesrv address, broker address, [roles])."""
+def start_pyrmq(spawn, store: Path, port: int):
+    """`pyrmq namesrv` + `pyrmq broker` (on ``port``) on ``store``; returns (namesrv address, broker address,
+    [roles])."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv")
     addr = namesrv.listening["namesrv"]
-    broker = spawn("broker", "-c", "broker", "--namesrv", addr, "--listen", f"127.0.0.1:{free_port()}",
+    broker = spawn("broker", "-c", "broker", "--namesrv", addr, "--listen", f"127.0.0.1:{port}",
                    "--store-dir", str(store), "--set", f"messageDelayLevel={DELAYS}", name="broker")
     return addr, broker.listening["broker"], [broker, namesrv]
 
 
-def test_a_store_written_by_the_java_broker_is_served_by_pyrmq(oracle_classes, spawn, tmp_path):
+def test_a_store_written_by_the_java_broker_is_served_by_pyrmq(oracle_classes, spawn, tmp_path, broker_port):
     store = tmp_path / "store"
     with JavaRocketMQ(tmp_path / "java", store, broker_conf={"messageDelayLevel": DELAYS}) as rmq:
         first = run_oracle(oracle_classes, tmp_path, "produce", rmq.namesrv_addr, rmq.broker_addr, 0, 20, 0)
@@ -88,7 +89,7 @@ def test_a_store_written_by_the_java_broker_is_served_by_pyrmq(oracle_classes, s
     by_position = {(s["topic"], s["queueId"], s["queueOffset"]): s for s in sent}
     assert len(by_position) == 90
 
-    namesrv, broker_addr, _ = start_pyrmq(spawn, store)
+    namesrv, broker_addr, _ = start_pyrmq(spawn, store, broker_port())
 
     async def check() -> None:
         async with PullConsumer(namesrv, "oracle_g1") as consumer:
@@ -160,9 +161,9 @@ def test_a_store_written_by_the_java_broker_is_served_by_pyrmq(oracle_classes, s
     trio.run(check)
 
 
-def test_a_store_written_by_pyrmq_is_served_by_the_java_broker(oracle_classes, spawn, tmp_path):
+def test_a_store_written_by_pyrmq_is_served_by_the_java_broker(oracle_classes, spawn, tmp_path, broker_port):
     store = tmp_path / "store"
-    namesrv, broker_addr, roles = start_pyrmq(spawn, store)
+    namesrv, broker_addr, roles = start_pyrmq(spawn, store, broker_port())
     sent: dict[tuple[str, int, int], dict] = {}
 
     async def produce() -> None:
@@ -247,13 +248,13 @@ async def pull_all(namesrv: str, group: str) -> dict[tuple[str, int, int], objec
     return pulled
 
 
-def test_a_java_broker_killed_with_sigkill_leaves_a_store_pyrmq_recovers(oracle_classes, spawn, tmp_path):
+def test_a_java_broker_killed_with_sigkill_leaves_a_store_pyrmq_recovers(oracle_classes, spawn, tmp_path, broker_port):
     store = tmp_path / "store"
     with JavaRocketMQ(tmp_path / "java", store) as rmq:
         sent = run_oracle(oracle_classes, tmp_path, "produce", rmq.namesrv_addr, rmq.broker_addr, 0, 30, 1)
         rmq.broker.kill()  # kill -9: no shutdown hook, the abort file stays, the checkpoint is whatever was flushed
     assert (store / "abort").exists()
-    namesrv, _, _ = start_pyrmq(spawn, store)
+    namesrv, _, _ = start_pyrmq(spawn, store, broker_port())
 
     async def check() -> None:
         pulled = await pull_all(namesrv, "oracle_crash")
@@ -269,9 +270,10 @@ def test_a_java_broker_killed_with_sigkill_leaves_a_store_pyrmq_recovers(oracle_
     trio.run(check)
 
 
-def test_pyrmq_killed_with_sigkill_leaves_a_store_the_java_broker_recovers(oracle_classes, spawn, tmp_path):
+def test_pyrmq_killed_with_sigkill_leaves_a_store_the_java_broker_recovers(oracle_classes, spawn, tmp_path,
+                                                                           broker_port):
     store = tmp_path / "store"
-    namesrv, broker_addr, roles = start_pyrmq(spawn, store)
+    namesrv, broker_addr, roles = start_pyrmq(spawn, store, broker_port())
     sent: dict[tuple[str, int, int], str] = {}
 
     async def produce() -> None:

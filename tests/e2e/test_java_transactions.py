@@ -25,7 +25,7 @@ from pyrmq.client.message import PullStatus
 from pyrmq.store.format import TRANSACTION_COMMIT_TYPE, TRANSACTION_TYPE_MASK
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "java"))
-from javabroker import JavaRocketMQ, free_port  # noqa: E402
+from javabroker import JavaRocketMQ  # noqa: E402
 from javapeers import compile_sources, java_command  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -60,10 +60,10 @@ async def wait_for_messages(namesrv: str, topic: str, n: int, timeout: float = 3
             await trio.sleep(0.2)
 
 
-def test_the_java_transaction_producer_commits_rolls_back_and_answers_checks_of_pyrmq(spawn, tmp_path):
+def test_the_java_transaction_producer_commits_rolls_back_and_answers_checks_of_pyrmq(spawn, tmp_path, broker_port):
     classes = compile_sources(TXN_SRC, "client")
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    spawn("broker", "-c", "broker", "--namesrv", namesrv, "--listen", f"127.0.0.1:{free_port()}",
+    spawn("broker", "-c", "broker", "--namesrv", namesrv, "--listen", f"127.0.0.1:{broker_port()}",
           "--store-dir", str(tmp_path / "store"), *(a for k, v in FAST.items() for a in ("--set", f"{k}={v}")),
           name="broker")
     argv = java_command("client", "TxnPeer", namesrv, "JavaTxn", "java_txn_pg", extra_classpath=[classes], heap="128m",

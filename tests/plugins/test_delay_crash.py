@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,12 +18,6 @@ import trio
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store.format import decode_messages, encode_properties
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_broker(store_dir, namesrv_port, port, log_path):
@@ -71,9 +64,11 @@ async def read_topic(client, addr, topic="TC"):
         offset = int(r.ext_fields["nextBeginOffset"])
 
 
-async def test_sigkill_and_restart_delivers_each_delayed_and_timer_message_once(tmp_path, remoting_client):
+async def test_sigkill_and_restart_delivers_each_delayed_and_timer_message_once(tmp_path, remoting_client, free_port,
+                                                                                broker_port):
     store_dir, log_path = tmp_path / "store", tmp_path / "broker.log"
-    namesrv_port, port = free_port(), free_port()
+    namesrv_port = free_port()
+    port = broker_port(namesrv_port)
     addr = f"127.0.0.1:{port}"
     proc = start_broker(store_dir, namesrv_port, port, log_path)
     try:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -54,12 +53,6 @@ PRODUCER = textwrap.dedent('''
 
     trio.run(main)
 ''')
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def start_producer(namesrv: str, mode: str, count: int = 0) -> trio.Process:
@@ -174,9 +167,11 @@ async def read_topic(client, addr, topic, queues=4):
     return out
 
 
-async def test_a_broker_killed_with_pending_halves_checks_and_resolves_each_exactly_once(tmp_path, remoting_client):
+async def test_a_broker_killed_with_pending_halves_checks_and_resolves_each_exactly_once(tmp_path, remoting_client,
+                                                                                         free_port, broker_port):
     store_dir, log_path = tmp_path / "store", tmp_path / "broker.log"
-    namesrv_port, port = free_port(), free_port()
+    namesrv_port = free_port()
+    port = broker_port(namesrv_port)
     addr, namesrv = f"127.0.0.1:{port}", f"127.0.0.1:{namesrv_port}"
     checks: collections.Counter[str] = collections.Counter()
     answering = False

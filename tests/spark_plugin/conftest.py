@@ -112,9 +112,10 @@ class Broker:
 
 
 @pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
+def broker(tmp_path_factory: pytest.TempPathFactory, broker_port) -> Iterator[Broker]:
     store = tmp_path_factory.mktemp("broker-store")
-    ns_port, port = _free_port(), _free_port()
+    ns_port = _free_port()
+    port = broker_port(ns_port)  # the broker also takes listenPort - 2 (VIP) and + 1 (HA)
     env = dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir", str(store / "store")],
