@@ -94,6 +94,8 @@ class Dispatcher(Protocol):
 
     def dispatch(self, request: DispatchRequest) -> None: ...
 
+    # optional: ``dispatch_batch(requests)``, the requests of one batch append in one call (Dispatchers.dispatch_batch)
+
 
 class RecoverableDispatcher(Dispatcher, Protocol):
     def has_dispatched(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, sys_flag: int) -> bool:
@@ -117,6 +119,9 @@ class Dispatchers:
         self._list: list[Dispatcher] = []
         #: bound ``dispatch`` methods in the same order as the dispatchers: what the hot path iterates
         self.calls: tuple[Callable[[DispatchRequest], None], ...] = ()
+        #: per dispatcher, in the same order, what a batch append calls with all its requests: the dispatcher's
+        #: own ``dispatch_batch`` when it has one, else its ``dispatch`` once per request
+        self.batch_calls: tuple[Callable[[list[DispatchRequest]], None], ...] = ()
         for d in (queue, *others):
             self.add(d)
 
@@ -131,6 +136,29 @@ class Dispatchers:
         at = bisect.bisect_right([d.order for d in self._list], dispatcher.order)
         self._list.insert(at, dispatcher)
         self.calls = tuple(d.dispatch for d in self._list)
+        self.batch_calls = tuple(getattr(d, "dispatch_batch", None) or self._one_by_one(d.dispatch) for d in self._list)
+
+    def _one_by_one(self, call: Callable[[DispatchRequest], None]) -> Callable[[list[DispatchRequest]], None]:
+        def each(requests: list[DispatchRequest]) -> None:
+            for request in requests:
+                try:
+                    call(request)
+                except Exception:
+                    if self.failed(call, request):
+                        raise
+
+        return each
+
+    def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
+        """Hand the requests of one batch append (one topic-queue, consecutive queue offsets, one store timestamp
+        and sys flag) to every dispatcher in order: a dispatcher with a ``dispatch_batch(requests)`` method gets
+        them in one call, the others one ``dispatch`` call each. Failures as for single records."""
+        for many, call in zip(self.batch_calls, self.calls):
+            try:
+                many(requests)
+            except Exception:
+                if self.failed(call, requests[0]):
+                    raise
 
     def failed(self, call: Callable[[DispatchRequest], None], request: DispatchRequest) -> bool:
         """Called from the ``except`` block of a failed ``call``: True for the consume-queue dispatcher (the caller

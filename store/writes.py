@@ -30,6 +30,7 @@ log = logging.getLogger("pyrmq.store.message_store")
 _TAGS = (PROPERTY_TAGS + NAME_VALUE_SEPARATOR).encode()
 _KEYS = (PROPERTY_KEYS + NAME_VALUE_SEPARATOR).encode()
 _UNIQ = (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR).encode()
+_UNIQ_LEN = len(_UNIQ)
 
 #: tags codes remembered (tags strings repeat: a topic has a handful)
 MAX_TAGS_CODES = 65536
@@ -139,22 +140,24 @@ class StoreWrites:
             log.exception("batch append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
         now = res.store_timestamp
-        dispatchers = self.dispatchers
-        calls = dispatchers.calls
         codes = self._tags_codes
+        requests = []
+        append = requests.append
         for offset, size, queue_offset, props in written:
             tags = find_property(props, _TAGS) if _TAGS in props else None
             keys = find_property(props, _KEYS) if _KEYS in props else None
-            request = DispatchRequest(
+            i = props.rfind(_UNIQ)
+            if i == 0 or i > 0 and props[i - 1] == 2:  # the usual case, inlined (find_property otherwise)
+                start = i + _UNIQ_LEN
+                end = props.find(b"\x02", start)
+                uniq = props[start : end if end >= 0 else len(props)].decode("utf-8", "replace") or None
+            else:
+                uniq = find_property(props, _UNIQ) if i > 0 else None
+            append(DispatchRequest(
                 topic, queue_id, offset, size, (codes.get(tags) or self._tags_code(tags)) if tags else 0, now,
-                queue_offset, keys, find_property(props, _UNIQ), sys_flag, 0, None, False, props,
-            )
-            for call in calls:
-                try:
-                    call(request)
-                except Exception:
-                    if dispatchers.failed(call, request):
-                        raise
+                queue_offset, keys, uniq, sys_flag, 0, None, False, props,
+            ))
+        self.dispatchers.dispatch_batch(requests)
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def _dispatch_appended(
