@@ -14,8 +14,8 @@ of 100 (``send_batch`` vs a pipelined XADD), consumption of the ``--py-count`` s
 and ``async for`` vs XREAD COUNT 1000).
 
 ``--before REV`` runs pyrmq as of a git revision too (its broker, and its Python client in a subprocess that imports
-that tree), taking turns with the others, and prints a second table: before and after side by side, each against
-the peer of the same run.
+that tree; the current client then runs in a subprocess too), taking turns with the others, and prints a second
+table: before and after side by side, each against the peer of the same run.
 
 Per workload: messages/s (timed inside the client, after a warm-up), the server's CPU seconds over the workload
 (utime + stime from /proc/<pid>/stat, every thread) and its RSS afterwards: VmRSS, which includes the mapped store
@@ -293,15 +293,19 @@ def part2_pyrmq(server: PyrmqServer, sizes: dict[str, int]) -> dict[str, dict]:
     return out
 
 
-def part2_pyrmq_before(server: PyrmqServer, sizes: dict[str, int], source: Path) -> dict[str, dict]:
-    """:func:`part2_pyrmq` with the ``--before`` tree's client, in a subprocess that imports that tree."""
+def part2_pyrmq_process(server: PyrmqServer, sizes: dict[str, int], source: Path | None) -> dict[str, dict]:
+    """:func:`part2_pyrmq` in a fresh subprocess; with ``source`` (``--before``) it imports that tree's client.
+    With ``--before`` both pyrmq clients run this way, so neither inherits this long-lived process's heap."""
     spec = {"namesrv": server.namesrv_addr, "broker": server.broker_addr, "pid": server.pid, "sizes": sizes}
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
     out = subprocess.run(
         [sys.executable, str(Path(__file__).resolve()), "--client-part", json.dumps(spec)],
-        env=dict(os.environ, PYTHONPATH=str(source)), cwd=str(ROOT), capture_output=True, timeout=3600,
+        env=env, cwd=str(ROOT), capture_output=True, timeout=3600,
     )
     if out.returncode != 0:
-        raise SystemExit(f"the --before client part failed:\n{out.stderr.decode()[-3000:]}")
+        raise SystemExit(f"the pyrmq client part failed:\n{out.stderr.decode()[-3000:]}")
     return json.loads(out.stdout.decode().strip().splitlines()[-1])
 
 
@@ -519,8 +523,8 @@ def main() -> None:
                     else:
                         server = PyrmqServer(work, before if name == "pyrmq_py_before" else None)
                         try:
-                            if name == "pyrmq_py_before":
-                                figures = part2_pyrmq_before(server, sizes, before)
+                            if before:
+                                figures = part2_pyrmq_process(server, sizes, before if name == "pyrmq_py_before" else None)
                             else:
                                 figures = part2_pyrmq(server, sizes)
                         finally:
