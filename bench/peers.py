@@ -9,7 +9,8 @@ sync send with one in flight, 64 async sends in flight, batches of 100 (these st
 consumption of those ``--count`` stored messages (default 1,000,000, as the issue asks).
 
 Part 2, what a Python user weighs us against: pyrmq's own client (``Producer`` / ``PushConsumer``) against pyrmq
-beside redis-py + hiredis against ``redis-server`` 7 (AOF, appendfsync everysec): sync send one in flight, batches
+beside redis-py + hiredis against ``redis-server`` 7 (AOF, appendfsync everysec): sync send one in flight (``Producer``
+and, from a plain thread, ``BlockingProducer``), batches
 of 100 (``send_batch`` vs a pipelined XADD), consumption of the ``--py-count`` stored messages (listener callback
 and ``async for`` vs XREAD COUNT 1000).
 
@@ -48,7 +49,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e" / "java"))
 from javabroker import JavaRocketMQ, free_port  # noqa: E402
 from javapeers import JavaPeerError, classpath, compile_sources, java_command  # noqa: E402
 
-from pyrmq.client import Admin, Message, Producer, PushConsumer  # noqa: E402
+from pyrmq.client import Admin, BlockingProducer, Message, Producer, PushConsumer  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 BODY = b"x" * 1024
@@ -290,6 +291,15 @@ def part2_pyrmq(server: PyrmqServer, sizes: dict[str, int]) -> dict[str, dict]:
         out["py_consume_iter"] = t.row(n)
 
     trio.run(main)
+
+    # plain threads: BlockingProducer, one thread, one send in flight (outside the trio run: it has its own loop)
+    with BlockingProducer(server.namesrv_addr, "peers_py_blocking") as blocking:
+        for _ in range(200):
+            blocking.send(Message("PySend", BODY))
+        with Timed(server.pid) as t:
+            for _ in range(n_sync):
+                blocking.send(Message("PySend", BODY))
+        out["py_sync_blocking"] = t.row(n_sync)
     return out
 
 
@@ -384,6 +394,8 @@ def table(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> s
         ("Java client: batches of 100", "pyrmq", "java", "batch100", "batch100", f"{sizes['count']:,}"),
         ("Java client: push consume stored", "pyrmq", "java", "consume", "consume", f"{sizes['count']:,}"),
         ("Python: sync send, 1 in flight", "pyrmq_py", "redis", "py_sync", "py_sync", f"{sizes['py_sync']:,}"),
+        ("Python: BlockingProducer sync send, 1 in flight", "pyrmq_py", "redis", "py_sync_blocking", "py_sync",
+         f"{sizes['py_sync']:,}"),
         ("Python: batches of 100 (pipelined XADD)", "pyrmq_py", "redis", "py_batch100", "py_batch100",
          f"{sizes['py_count']:,}"),
         ("Python: consume stored, listener (XREAD 1000)", "pyrmq_py", "redis", "py_consume_listener", "py_consume",
@@ -425,6 +437,7 @@ def table_before(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int
         ("Java client: batches of 100", "pyrmq", "java", "batch100", "batch100"),
         ("Java client: push consume stored", "pyrmq", "java", "consume", "consume"),
         ("Python: sync send, 1 in flight", "pyrmq_py", "redis", "py_sync", "py_sync"),
+        ("Python: BlockingProducer sync send, 1 in flight", "pyrmq_py", "redis", "py_sync_blocking", "py_sync"),
         ("Python: batches of 100 (pipelined XADD)", "pyrmq_py", "redis", "py_batch100", "py_batch100"),
         ("Python: consume stored, listener (XREAD 1000)", "pyrmq_py", "redis", "py_consume_listener", "py_consume"),
         ("Python: consume stored, async for (XREAD 1000)", "pyrmq_py", "redis", "py_consume_iter", "py_consume"),
