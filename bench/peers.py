@@ -9,9 +9,14 @@ sync send with one in flight, 64 async sends in flight, batches of 100 (these st
 consumption of those ``--count`` stored messages (default 1,000,000, as the issue asks).
 
 Part 2, what a Python user weighs us against: pyrmq's own client (``Producer`` / ``PushConsumer``) against pyrmq
-beside redis-py + hiredis against ``redis-server`` 7 (AOF, appendfsync everysec): sync send one in flight, batches
+beside redis-py + hiredis against ``redis-server`` 7 (AOF, appendfsync everysec): sync send one in flight (``Producer``
+and, from a plain thread, ``BlockingProducer``), batches
 of 100 (``send_batch`` vs a pipelined XADD), consumption of the ``--py-count`` stored messages (listener callback
 and ``async for`` vs XREAD COUNT 1000).
+
+``--before REV`` runs pyrmq as of a git revision too (its broker, and its Python client in a subprocess that imports
+that tree; the current client then runs in a subprocess too), taking turns with the others, and prints a second
+table: before and after side by side, each against the peer of the same run.
 
 Per workload: messages/s (timed inside the client, after a warm-up), the server's CPU seconds over the workload
 (utime + stime from /proc/<pid>/stat, every thread) and its RSS afterwards: VmRSS, which includes the mapped store
@@ -44,7 +49,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e" / "java"))
 from javabroker import JavaRocketMQ, free_port  # noqa: E402
 from javapeers import JavaPeerError, classpath, compile_sources, java_command  # noqa: E402
 
-from pyrmq.client import Admin, Message, Producer, PushConsumer  # noqa: E402
+from pyrmq.client import Admin, BlockingProducer, Message, Producer, PushConsumer  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
 BODY = b"x" * 1024
@@ -81,10 +86,15 @@ class PyrmqServer:
 
     name = "pyrmq"
 
-    def __init__(self, work: Path) -> None:
-        self.store = work / "pyrmq-store"
-        self.log = open(work / "pyrmq.log", "ab")
+    def __init__(self, work: Path, source: Path | None = None) -> None:
+        """``source``: a directory holding another ``pyrmq`` tree (``--before``) to run instead of this one."""
+        if source is not None:
+            self.name = "pyrmq_before"
+        self.store = work / f"{self.name}-store"
+        self.log = open(work / f"{self.name}.log", "ab")
         env = dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1")
+        if source is not None:
+            env["PYTHONPATH"] = str(source)
         self.procs: list[subprocess.Popen] = []
         self.namesrv_addr = self._start(["namesrv", "--listen", "127.0.0.1:0"], env)
         self.broker_addr = self._start(["broker", "-c", "broker", "--namesrv", self.namesrv_addr, "--listen",
@@ -281,7 +291,47 @@ def part2_pyrmq(server: PyrmqServer, sizes: dict[str, int]) -> dict[str, dict]:
         out["py_consume_iter"] = t.row(n)
 
     trio.run(main)
+
+    # plain threads: BlockingProducer, one thread, one send in flight (outside the trio run: it has its own loop)
+    with BlockingProducer(server.namesrv_addr, "peers_py_blocking") as blocking:
+        for _ in range(200):
+            blocking.send(Message("PySend", BODY))
+        with Timed(server.pid) as t:
+            for _ in range(n_sync):
+                blocking.send(Message("PySend", BODY))
+        out["py_sync_blocking"] = t.row(n_sync)
     return out
+
+
+def part2_pyrmq_process(server: PyrmqServer, sizes: dict[str, int], source: Path | None) -> dict[str, dict]:
+    """:func:`part2_pyrmq` in a fresh subprocess; with ``source`` (``--before``) it imports that tree's client.
+    With ``--before`` both pyrmq clients run this way, so neither inherits this long-lived process's heap."""
+    spec = {"namesrv": server.namesrv_addr, "broker": server.broker_addr, "pid": server.pid, "sizes": sizes}
+    env = dict(os.environ)
+    if source is not None:
+        env["PYTHONPATH"] = str(source)
+    out = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), "--client-part", json.dumps(spec)],
+        env=env, cwd=str(ROOT), capture_output=True, timeout=3600,
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"the pyrmq client part failed:\n{out.stderr.decode()[-3000:]}")
+    return json.loads(out.stdout.decode().strip().splitlines()[-1])
+
+
+class _Addresses:
+    """A running server's addresses, for :func:`part2_pyrmq` in the ``--client-part`` subprocess."""
+
+    def __init__(self, spec: dict) -> None:
+        self.namesrv_addr, self.broker_addr, self.pid = spec["namesrv"], spec["broker"], spec["pid"]
+
+
+def checkout(rev: str, into: Path) -> Path:
+    """``git archive`` of ``rev`` unpacked as ``into/pyrmq``: a tree to put first on PYTHONPATH."""
+    (into / "pyrmq").mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True, timeout=120)
+    subprocess.run(["tar", "-x", "-C", str(into / "pyrmq")], input=archive.stdout, check=True, timeout=120)
+    return into
 
 
 def part2_redis(server: RedisServer, sizes: dict[str, int]) -> dict[str, dict]:
@@ -344,6 +394,8 @@ def table(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> s
         ("Java client: batches of 100", "pyrmq", "java", "batch100", "batch100", f"{sizes['count']:,}"),
         ("Java client: push consume stored", "pyrmq", "java", "consume", "consume", f"{sizes['count']:,}"),
         ("Python: sync send, 1 in flight", "pyrmq_py", "redis", "py_sync", "py_sync", f"{sizes['py_sync']:,}"),
+        ("Python: BlockingProducer sync send, 1 in flight", "pyrmq_py", "redis", "py_sync_blocking", "py_sync",
+         f"{sizes['py_sync']:,}"),
         ("Python: batches of 100 (pipelined XADD)", "pyrmq_py", "redis", "py_batch100", "py_batch100",
          f"{sizes['py_count']:,}"),
         ("Python: consume stored, listener (XREAD 1000)", "pyrmq_py", "redis", "py_consume_listener", "py_consume",
@@ -377,6 +429,38 @@ def table(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> s
     return "\n".join(lines)
 
 
+def table_before(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int], rev: str) -> str:
+    """pyrmq before (``--before REV``) and after (this tree) side by side, each against its peer of the same run."""
+    rows = [
+        ("Java client: sync send, 1 in flight", "pyrmq", "java", "sync", "sync"),
+        ("Java client: async send, 64 in flight", "pyrmq", "java", "async64", "async64"),
+        ("Java client: batches of 100", "pyrmq", "java", "batch100", "batch100"),
+        ("Java client: push consume stored", "pyrmq", "java", "consume", "consume"),
+        ("Python: sync send, 1 in flight", "pyrmq_py", "redis", "py_sync", "py_sync"),
+        ("Python: BlockingProducer sync send, 1 in flight", "pyrmq_py", "redis", "py_sync_blocking", "py_sync"),
+        ("Python: batches of 100 (pipelined XADD)", "pyrmq_py", "redis", "py_batch100", "py_batch100"),
+        ("Python: consume stored, listener (XREAD 1000)", "pyrmq_py", "redis", "py_consume_listener", "py_consume"),
+        ("Python: consume stored, async for (XREAD 1000)", "pyrmq_py", "redis", "py_consume_iter", "py_consume"),
+    ]
+    lines = [
+        f"| workload (1 KiB bodies) | before ({rev}) msgs/s | after msgs/s | after / before | peer msgs/s "
+        "| before / peer | after / peer | before CPU s | after CPU s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for label, ours, peer, our_key, peer_key in rows:
+        a = results.get(ours, {}).get(our_key)
+        b = results.get(ours + "_before", {}).get(our_key)
+        c = results.get(peer, {}).get(peer_key)
+        if not a or not b or not c:
+            continue
+        ra, rb, rc = median(a, "rate"), median(b, "rate"), median(c, "rate")
+        lines.append(
+            f"| {label} | {rb:,.0f} | {ra:,.0f} | {ra / rb:.2f}x | {rc:,.0f} | {rb / rc:.2f}x | {ra / rc:.2f}x "
+            f"| {median(b, 'cpu'):.1f} | {median(a, 'cpu'):.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--count", type=int, default=1_000_000,
@@ -387,7 +471,15 @@ def main() -> None:
     ap.add_argument("--py-sync-count", type=int, default=20_000, help="Python part: sync sends")
     ap.add_argument("--repeat", type=int, default=3, help="runs per system; the table shows medians")
     ap.add_argument("--skip", default="", help="comma list of parts to leave out: java,python")
+    ap.add_argument("--before", metavar="REV", default=None,
+                    help="also run pyrmq as of this git revision (broker and Python client), alternating with the "
+                         "others, and print a before/after table")
+    ap.add_argument("--client-part", default=None, help=argparse.SUPPRESS)  # internal: the --before client
     args = ap.parse_args()
+    if args.client_part:
+        spec = json.loads(args.client_part)
+        print(json.dumps(part2_pyrmq(_Addresses(spec), spec["sizes"])))
+        return
     skip = {s for s in args.skip.split(",") if s}
     sizes = {
         "count": args.count,
@@ -412,22 +504,29 @@ def main() -> None:
         for workload, row in figures.items():
             results.setdefault(system, {}).setdefault(workload, []).append(row)
 
-    progress(f"sizes {sizes}, {args.repeat} run(s) each, {os.cpu_count()} CPUs")
+    progress(f"sizes {sizes}, {args.repeat} run(s) each, {os.cpu_count()} CPUs, load average {os.getloadavg()}")
+    before_dir = Path(tempfile.mkdtemp(prefix="pyrmq-before-")) if args.before else None
+    before = checkout(args.before, before_dir) if before_dir else None
+
+    def rotate(names: tuple[str, ...], run: int) -> tuple[str, ...]:
+        k = run % len(names)
+        return names[k:] + names[:k]
+
     for run in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="pyrmq-peers-") as tmp:
             work = Path(tmp)
             if "java" not in skip:
-                order = (PyrmqServer, JavaServer) if run % 2 == 0 else (JavaServer, PyrmqServer)
-                for cls in order:
-                    progress(f"run {run + 1}/{args.repeat}: {cls.name} broker, Java client load")
-                    server = cls(work)
+                for name in rotate(("pyrmq", "java", "pyrmq_before") if before else ("pyrmq", "java"), run):
+                    progress(f"run {run + 1}/{args.repeat}: {name} broker, Java client load")
+                    server = JavaServer(work) if name == "java" else PyrmqServer(
+                        work, before if name == "pyrmq_before" else None)
                     try:
-                        keep(cls.name, part1(server, classes, work, sizes))
+                        keep(name, part1(server, classes, work, sizes))
                     finally:
                         server.stop()
             if "python" not in skip:
-                for name in (("pyrmq_py", "redis") if run % 2 == 0 else ("redis", "pyrmq_py")):
-                    progress(f"run {run + 1}/{args.repeat}: {'pyrmq, Python client' if name == 'pyrmq_py' else 'Redis, redis-py'}")
+                for name in rotate(("pyrmq_py", "redis", "pyrmq_py_before") if before else ("pyrmq_py", "redis"), run):
+                    progress(f"run {run + 1}/{args.repeat}: {name} (load average {os.getloadavg()[0]:.1f})")
                     if name == "redis":
                         server = RedisServer(work)
                         try:
@@ -435,16 +534,24 @@ def main() -> None:
                         finally:
                             server.stop()
                     else:
-                        server = PyrmqServer(work)
+                        server = PyrmqServer(work, before if name == "pyrmq_py_before" else None)
                         try:
-                            figures = part2_pyrmq(server, sizes)
+                            if before:
+                                figures = part2_pyrmq_process(server, sizes, before if name == "pyrmq_py_before" else None)
+                            else:
+                                figures = part2_pyrmq(server, sizes)
                         finally:
                             server.stop()
                     for workload, row in figures.items():
                         progress(f"  {name:8s} {workload:20s} {row['rate']:>10,.0f} msgs/s  cpu {row['cpu']:6.1f} s  "
                                  f"rss {row['rss']:6.0f} MiB (anon {row['anon']:.0f})")
                     keep(name, figures)
+    if before_dir is not None:
+        shutil.rmtree(before_dir, ignore_errors=True)
     print(table(results, sizes))
+    if before:
+        print()
+        print(table_before(results, sizes, args.before))
 
 
 if __name__ == "__main__":

@@ -20,19 +20,23 @@ import concurrent.futures
 import functools
 import logging
 import queue
+import socket
 import threading
+import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import trio
 
 from pyrmq.client.admin import Admin
-from pyrmq.client.errors import ClientStateError
-from pyrmq.client.message import Message, MessageExt, MessageQueue, PullResult, SendResult
+from pyrmq.client.errors import BrokerError, ClientStateError
+from pyrmq.client.message import Message, MessageExt, MessageQueue, PullResult, SendResult, SendStatus
 from pyrmq.client.pipelined_pull import PULL_WINDOW, RawPullBatch
-from pyrmq.client.producer import Producer, SendHook
+from pyrmq.client.producer import RETRY_CODES, Producer, SendHook
 from pyrmq.client.pull_consumer import PullConsumer
 from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.remoting.errors import RemotingClosed, RemotingError
+from pyrmq.remoting.framing import FrameDecoder
 from pyrmq.remoting.message import BatchEntry
 
 __all__ = ["BlockingProducer", "BlockingPushConsumer", "BlockingPullConsumer", "BlockingAdmin"]
@@ -200,15 +204,118 @@ class _BlockingService:
         return self._target.client_id
 
 
+class _DirectSender:
+    """The plain-socket path of :meth:`BlockingProducer.send`: the calling thread writes the request and reads the
+    answer on a blocking socket of its own to the broker (one per thread and broker), with no hop onto the client's
+    loop. It uses the loop's route and queue choice (round robin / fault strategy), prepares the message and reads
+    the answer with the producer's own code, and hands the send to the loop's path (``Producer._send_prepared``,
+    same UNIQ_KEY) whenever that path has more to do: no route yet, send hooks, a connection or broker error worth a
+    retry, a status that asks for another broker."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self.closed = False
+
+    def _connection(self, addr: str) -> tuple[socket.socket, FrameDecoder]:
+        conns = getattr(self._local, "conns", None)
+        if conns is None:
+            conns = self._local.conns = {}
+        conn = conns.get(addr)
+        if conn is None:
+            host, _, port = addr.rpartition(":")
+            sock = socket.create_connection((host, int(port)), timeout=self.producer.send_timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            with self._lock:
+                self._sockets.append(sock)
+            conn = conns[addr] = (sock, FrameDecoder())
+        return conn
+
+    def _drop(self, addr: str) -> None:
+        conn = self._local.conns.pop(addr, None)
+        if conn is not None:
+            with self._lock:
+                if conn[0] in self._sockets:
+                    self._sockets.remove(conn[0])
+            conn[0].close()
+
+    def send(self, msg: Message, loop: Callable[..., Any]) -> SendResult:
+        producer = self.producer
+        instance = producer.instance
+        info = instance.publish.get(msg.topic)
+        if self.closed or producer.hooks or info is None or not info.ok:
+            return loop(producer.send, msg)
+        producer._ready()
+        p = producer._prepare(msg)
+        mq = producer.fault.select(info, None)
+        addr = instance.broker_addr(mq.broker_name)
+        if addr is None:
+            return loop(producer._send_prepared, p)
+        begin = time.monotonic()
+        request = producer._request(p, mq, int(time.time() * 1000))
+        signer = instance.remoting.signer
+        if signer is not None:
+            signer(request)
+        parts: list = []
+        request.encode_into(parts)
+        opaque = request.opaque
+        try:
+            sock, decoder = self._connection(addr)
+            sock.settimeout(producer.send_timeout)
+            sock.sendall(b"".join(parts))
+            response = None
+            while response is None:
+                data = sock.recv(65536)
+                if not data:
+                    raise RemotingClosed(addr)
+                for cmd in decoder.feed(data):
+                    if cmd.flag & 1 and cmd.opaque == opaque:  # RPC_RESPONSE
+                        response = cmd
+        except (OSError, RemotingError) as exc:
+            self._drop(addr)
+            producer.fault.update(mq.broker_name, (time.monotonic() - begin) * 1000, True)
+            log.info("direct send to %s failed (%s): the client loop retries it", addr, exc)
+            return loop(producer._send_prepared, p)
+        try:
+            result = producer._result(p, mq, response, addr)
+        except BrokerError as exc:
+            if exc.code in RETRY_CODES:
+                return loop(producer._send_prepared, p)
+            raise
+        producer.fault.update(mq.broker_name, (time.monotonic() - begin) * 1000, False)
+        if result.status is not SendStatus.SEND_OK and producer.retry_another_broker_when_not_store_ok:
+            return loop(producer._send_prepared, p)
+        return result
+
+    def close(self) -> None:
+        self.closed = True
+        with self._lock:
+            sockets, self._sockets = self._sockets, []
+        for sock in sockets:
+            sock.close()
+
+
 class BlockingProducer(_BlockingService):
-    """:class:`Producer` for threads; same arguments."""
+    """:class:`Producer` for threads; same arguments.
+
+    ``send(msg)`` without options goes over a blocking socket of the calling thread once the topic's route is
+    known (see :class:`_DirectSender`): a thread's round trip without the hops onto the client's loop thread."""
 
     def __init__(self, namesrv: str | Iterable[str] | None = None, group: str = "pyrmq_producer", **kwargs: Any) -> None:
         self.producer = Producer(namesrv, group, **kwargs)
         super().__init__(self.producer)
+        self._direct = _DirectSender(self.producer)
 
     def send(self, msg: Message, **kwargs: Any) -> SendResult:
-        return self._run(self.producer.send, msg, **kwargs)
+        if kwargs or self._portal is None:
+            return self._run(self.producer.send, msg, **kwargs)
+        return self._direct.send(msg, self._run)
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        self._direct.close()
+        super().shutdown(timeout)
 
     def send_orderly(self, msg: Message, sharding_key: Any, **kwargs: Any) -> SendResult:
         return self._run(self.producer.send_orderly, msg, sharding_key, **kwargs)

@@ -270,3 +270,111 @@ class OrderlyConsumeService(_Base):
                         pause = True
             if pause:
                 await trio.sleep(self.suspend)
+
+
+class ChunkIterator(ConcurrentConsumeService):
+    """``async for msg in consumer`` of a concurrent consumer: the pulled batches (up to ``pull_batch_size``
+    messages) come through one channel and the loop takes them one message at a time from the current batch, with
+    no task, channel hop or event per message. A message counts as consumed when the loop asks for the next one
+    (or leaves ``async with`` normally); :meth:`PushConsumer.reconsume_later` marks it failed instead. When the
+    loop moves past a batch its consumed messages are removed from the process queue and the offset committed, as
+    a listener worker does; its failed ones are given back for a retry (CONSUMER_SEND_MSG_BACK, spec 7.6) from a
+    task, so ``__anext__`` only ever waits for the next batch (cancel-safe: ``receive(timeout)``)."""
+
+    def __init__(self, consumer: PushConsumer) -> None:
+        super().__init__(consumer, _never_called, 1)
+        self.msgs: list[MessageExt] = []
+        self.pos = 0
+        self.pq: ProcessQueue | None = None
+        self.mq: MessageQueue | None = None
+        #: the message the loop body has now, and whether it is still to be acknowledged as consumed
+        self.current: MessageExt | None = None
+        self.current_ok = True
+        self.failed: list[MessageExt] = []
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        pass
+
+    async def next(self) -> MessageExt:
+        current = self.current
+        if current is not None:
+            self.current = None
+            if not self.current_ok:
+                self.failed.append(current)
+        msgs = self.msgs
+        while True:
+            pos = self.pos
+            if pos < len(msgs) and not self.pq.dropped:  # a queue rebalanced away: the rest is not ours
+                self.pos = pos + 1
+                msg = self.current = msgs[pos]
+                self.current_ok = True
+                return msg
+            if msgs:
+                self._close_batch()
+            try:
+                msgs, pq, mq = await self._recv.receive()
+            except (trio.EndOfChannel, trio.ClosedResourceError):
+                raise StopAsyncIteration from None
+            if pq.dropped or self.consumer._stopping:
+                msgs = []
+                continue
+            retry = self._retry_topic
+            for m in msgs:
+                if m.topic == retry:
+                    self.restore(m)
+            self.msgs, self.pos, self.pq, self.mq = msgs, 0, pq, mq
+
+    def _close_batch(self, give_back: bool = True) -> list[MessageExt]:
+        """The loop is past the current batch: commit what it consumed and (``give_back``) give its failed messages
+        back from a task; returns the failed messages still to give back (clustering). Messages the loop never
+        reached stay in the process queue, uncommitted."""
+        consumer = self.consumer
+        handled = self.msgs[: self.pos]
+        failed, pq, mq = self.failed, self.pq, self.mq
+        self.msgs, self.pos, self.failed = [], 0, []
+        if failed:
+            failed_ids = {id(m) for m in failed}
+            done = [m for m in handled if id(m) not in failed_ids]
+            if consumer.clustering:
+                if give_back:
+                    consumer.instance.spawn(self._give_back, failed, pq, mq)
+            else:
+                log.warning("%s: broadcasting: dropping %d failed message(s)", consumer.group, len(failed))
+                done = handled
+        else:
+            done = handled
+        offset = pq.remove(done)
+        if offset >= 0 and not pq.dropped:
+            consumer.offset_store.update(mq, offset, increase_only=True)
+        consumer.stats_consumed += len(handled) - len(failed)
+        return failed if consumer.clustering and not give_back else []
+
+    async def _give_back(self, failed: list[MessageExt], pq: ProcessQueue, mq: MessageQueue) -> None:
+        kept = [m for m in failed if not await self.send_back(m)]
+        if kept:
+            self.consumer.instance.spawn(self._later, kept, pq, mq)
+            kept_ids = {id(m) for m in kept}
+            failed = [m for m in failed if id(m) not in kept_ids]
+        offset = pq.remove(failed)
+        if offset >= 0 and not pq.dropped:
+            self.consumer.offset_store.update(mq, offset, increase_only=True)
+
+    async def close(self, ok: bool) -> None:
+        """At shutdown: acknowledge (``ok``) or fail the message the loop body has, commit the current batch's
+        consumed messages, give its failed ones back, and end the iteration."""
+        current = self.current
+        if current is not None:
+            self.current = None
+            if not (ok and self.current_ok):
+                self.failed.append(current)
+        if self.msgs:
+            pq, mq = self.pq, self.mq
+            failed = self._close_batch(give_back=False)
+            if failed:  # given back here, within the shutdown wait, as a listener worker would
+                with trio.move_on_after(self.consumer.shutdown_await):
+                    await self._give_back(failed, pq, mq)
+        await self._send.aclose()
+
+
+def _never_called(msg: MessageExt) -> None:
+    raise AssertionError("a ChunkIterator hands messages to the loop, not to a listener")

@@ -34,7 +34,12 @@ import trio
 
 from pyrmq.client import api
 from pyrmq.client.config import ClientConfig
-from pyrmq.client.consume_service import ConcurrentConsumeService, ConsumeAbandoned, OrderlyConsumeService
+from pyrmq.client.consume_service import (
+    ChunkIterator,
+    ConcurrentConsumeService,
+    ConsumeAbandoned,
+    OrderlyConsumeService,
+)
 from pyrmq.client.consumer import (
     ConsumeFrom,
     ConsumerCore,
@@ -136,6 +141,10 @@ class PushConsumer(ConsumerCore):
         self._iter_send: trio.MemorySendChannel | None = None
         self._iter_recv: trio.MemoryReceiveChannel | None = None
         self._iter_current: _IterItem | None = None
+        #: ``async for`` of a concurrent consumer (its consume service)
+        self._chunks: ChunkIterator | None = None
+        #: set by ``__aexit__``: the ``async with`` body raised (the message it had is not acknowledged)
+        self._iter_failed_exit = False
         self.shutdown_await = shutdown_await
         #: set at shutdown: no new batch starts
         self._stopping = False
@@ -166,13 +175,19 @@ class PushConsumer(ConsumerCore):
             retry = retry_topic(self.group)
             self.subscriptions.setdefault(retry, Subscription.build(retry, "*"))
         listener = self.listener
-        if listener is None:
-            self._iter_send, self._iter_recv = trio.open_memory_channel(0)
-            listener = self._iter_listener
-        if self.orderly:
-            self.service = OrderlyConsumeService(self, listener, self.consume_thread_max, self.suspend_current_queue_ms)
+        if listener is None and not self.orderly:
+            # ``async for`` of a concurrent consumer: the loop takes whole pulled batches (no hop per message)
+            self.service = self._chunks = ChunkIterator(self)
         else:
-            self.service = ConcurrentConsumeService(self, listener, self.consume_thread_max)
+            if listener is None:  # ``async for`` of an orderly consumer: one message at a time through a channel
+                self._iter_send, self._iter_recv = trio.open_memory_channel(0)
+                listener = self._iter_listener
+            if self.orderly:
+                self.service = OrderlyConsumeService(
+                    self, listener, self.consume_thread_max, self.suspend_current_queue_ms
+                )
+            else:
+                self.service = ConcurrentConsumeService(self, listener, self.consume_thread_max)
         await self.service.start(nursery)
         self._started_at = time.monotonic()
         try:
@@ -190,6 +205,8 @@ class PushConsumer(ConsumerCore):
 
     async def _on_shutdown(self) -> None:
         self._stopping = True
+        if self._chunks is not None:
+            await self._chunks.close(not self._iter_failed_exit)
         if self._iter_current is not None:
             self._iter_current.done.set()  # the loop body finished with it
             self._iter_current = None
@@ -216,6 +233,7 @@ class PushConsumer(ConsumerCore):
         # leaving ``async with`` normally acknowledges the message the loop body just finished
         if exc_type is not None and self._iter_current is not None:
             self._iter_current.ok = False
+        self._iter_failed_exit = exc_type is not None
         await self.shutdown(exc)
 
     # -- async iteration -------------------------------------------------------------------------------------
@@ -234,6 +252,9 @@ class PushConsumer(ConsumerCore):
         return self
 
     async def __anext__(self) -> MessageExt:
+        chunks = self._chunks
+        if chunks is not None:
+            return await chunks.next()
         if self._iter_recv is None:
             raise ClientStateError("iterate a started consumer that has no listener")
         current, self._iter_current = self._iter_current, None
@@ -250,6 +271,8 @@ class PushConsumer(ConsumerCore):
         """In ``async for``: give the current message back for a later retry instead of acknowledging it."""
         if self._iter_current is not None and self._iter_current.msg is msg:
             self._iter_current.ok = False
+        elif self._chunks is not None and self._chunks.current is msg:
+            self._chunks.current_ok = False
 
     # -- rebalance (pyrmq.client.rebalance) ----------------------------------------------------------------
 

@@ -227,35 +227,63 @@ class CommitLog:
         first = records[0]
         topic = first.topic
         queue_id = first.queue_id
+        entries = []
+        for rec in records:
+            if rec.topic != topic or rec.queue_id != queue_id:
+                raise AppendRejected(PutMessageStatus.MESSAGE_ILLEGAL, "a batch must target one topic and queue")
+            if PROPERTY_DELAY_TIME_LEVEL in rec.properties:
+                raise AppendRejected(PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
+            props = rec.properties_bytes
+            if props is None:
+                props = encode_properties(rec.properties).encode("utf-8")
+            entries.append((rec.flag, rec.body, props))
+        return self.append_entries(
+            topic, queue_id, entries, first.sys_flag, first.born_timestamp, first.born_host, first.store_host,
+            first.reconsume_times,
+        )
+
+    def append_entries(
+        self,
+        topic: str,
+        queue_id: int,
+        entries: Sequence[tuple[int, bytes | memoryview, bytes]],
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        store_host: tuple[str, int],
+        reconsume_times: int = 0,
+    ) -> tuple[AppendMessageResult, list[tuple], int]:
+        """Append a batch given as ``(flag, body, stored properties bytes)`` entries that share every other header
+        field: the batch path of the broker, which never builds a record object per message. One topic-queue,
+        consecutive queue offsets, one segment; each header is packed in place in the segment, the bodies are
+        copied straight from the request (a memoryview of it does).
+
+        Returns the result, per entry ``(offset, size, queue_offset, properties_bytes)``, and the stored sys flag.
+        Raises :class:`AppendRejected` (nothing written) for a transactional or oversized batch."""
         tb = self._topic_cache.get(topic) or self._topic_bytes(topic)
         tlen = len(tb)
-        born_ip, born_port, born_v6 = pack_host(first.born_host)
-        store_ip, store_port, store_v6 = pack_host(first.store_host)
-        sys_flag = (first.sys_flag & ~0x30) | (BORNHOST_V6_FLAG if born_v6 else 0) | (
+        born_ip, born_port, born_v6 = pack_host(born_host)
+        store_ip, store_port, store_v6 = pack_host(store_host)
+        sys_flag = (sys_flag & ~0x30) | (BORNHOST_V6_FLAG if born_v6 else 0) | (
             STOREHOSTADDRESS_V6_FLAG if store_v6 else 0
         )
         if sys_flag & TRANSACTION_TYPE_MASK:
             raise AppendRejected(PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot be transactional")
         st = HEADER_STRUCTS[(sys_flag >> 4) & 3]
         hsize = st.size
-        encoded = []
+        fixed = hsize + tlen + 2
         total = 0
+        max_props = 0
+        for _flag, body, props in entries:
+            plen = len(props)
+            if plen > max_props:
+                max_props = plen
+            total += fixed + len(body) + plen
+        if max_props > MAX_PROPERTIES_LENGTH:
+            raise AppendRejected(
+                PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, f"properties of {max_props} bytes exceed {MAX_PROPERTIES_LENGTH}"
+            )
         max_size = self.max_message_size
-        for rec in records:
-            if rec.topic != topic or rec.queue_id != queue_id:
-                raise AppendRejected(PutMessageStatus.MESSAGE_ILLEGAL, "a batch must target one topic and queue")
-            props = rec.properties_bytes
-            if props is None:
-                props = encode_properties(rec.properties).encode("utf-8")
-            if len(props) > MAX_PROPERTIES_LENGTH:
-                raise AppendRejected(
-                    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, f"properties of {len(props)} bytes exceed {MAX_PROPERTIES_LENGTH}"
-                )
-            if PROPERTY_DELAY_TIME_LEVEL in rec.properties:
-                raise AppendRejected(PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
-            size = hsize + len(rec.body) + tlen + 2 + len(props)
-            encoded.append((rec, props, size))
-            total += size
         if total > max_size:
             raise AppendRejected(
                 PutMessageStatus.MESSAGE_ILLEGAL, f"batch of {total} bytes exceeds maxMessageSize {max_size}"
@@ -266,40 +294,41 @@ class CommitLog:
         mm = mf.mm
         pos = first_pos = mf.wrote_position
         base = mf.file_from_offset
-        first_phys = base + pos
         now = self.clock()
-        born_ts = first.born_timestamp
-        reconsume = first.reconsume_times
         out = []
         append = out.append
         pack_into = st.pack_into
-        for rec, props, size in encoded:
-            body = rec.body
+        short_pack = SHORT.pack
+        crc32 = _crc32
+        first_size = 0
+        for flag, body, props in entries:
             body_len = len(body)
+            plen = len(props)
+            size = fixed + body_len + plen
             phys = base + pos
+            if pos == first_pos:
+                first_size = size
+                size_field = 0  # the first record's TOTALSIZE goes last (see below)
+            else:
+                size_field = size
             pack_into(
-                mm, pos, size if pos != first_pos else 0, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, rec.flag, queue_offset, phys,
-                sys_flag, born_ts, born_ip, born_port, now, store_ip, store_port, reconsume, 0, body_len,
+                mm, pos, size_field, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset, phys,
+                sys_flag, born_timestamp, born_ip, born_port, now, store_ip, store_port, reconsume_times, 0, body_len,
             )
             p = pos + hsize
             mm[p : p + body_len] = body
             p += body_len
-            mm[p : p + tlen] = tb
-            p += tlen
-            plen = len(props)
-            _SHORT_pack_into(mm, p, plen)
-            p += 2
-            mm[p : p + plen] = props
+            mm[p : pos + size] = tb + short_pack(plen) + props
             append((phys, size, queue_offset, props))
             pos += size
             queue_offset += 1
         # the first record's TOTALSIZE goes last: a batch a crash interrupted is all-or-nothing for recovery
-        _INT_pack_into(mm, first_pos, encoded[0][2])
+        _INT_pack_into(mm, first_pos, first_size)
         mf.wrote_position = pos
         mf.store_timestamp = now
         self.topic_queue_table[key] = queue_offset
         result = AppendMessageResult(
-            first_phys, total, first_qoff, now, store_ip, store_port, len(out), [o[0] for o in out]
+            base + first_pos, total, first_qoff, now, store_ip, store_port, len(out), [o[0] for o in out]
         )
         return result, out, sys_flag
 

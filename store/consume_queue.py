@@ -365,6 +365,16 @@ class ConsumeQueueDispatcher:
         )
         cq.put_unit(request.commit_log_offset, request.msg_size, request.tags_code, request.queue_offset)
 
+    def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
+        """The records of one batch append: one queue, so one lookup, then a unit each."""
+        first = requests[0]
+        if first.sys_flag & TRANSACTION_TYPE_MASK in NO_QUEUE_UNIT:
+            return
+        cq = self._table.get((first.topic, first.queue_id)) or self.queues.find_or_create(first.topic, first.queue_id)
+        put = cq.put_unit
+        for r in requests:
+            put(r.commit_log_offset, r.msg_size, r.tags_code, r.queue_offset)
+
     def has_dispatched(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, sys_flag: int) -> bool:
         if sys_flag & TRANSACTION_TYPE_MASK in NO_QUEUE_UNIT:
             return True

@@ -23,29 +23,67 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from .format import decode_properties
+
 log = logging.getLogger(__name__)
 
 
-@attrs.define(slots=True)
 class DispatchRequest:
-    """One appended record. Mutable slots class rather than frozen: it is built once per message on the hot path
-    and a frozen attrs ``__init__`` costs twice as much; dispatchers must treat it as read-only."""
+    """One appended record. A plain slots class rather than a frozen attrs one: it is built once per message on the
+    hot path; dispatchers must treat it as read-only.
 
-    topic: str
-    queue_id: int
-    commit_log_offset: int
-    msg_size: int
-    tags_code: int
-    store_timestamp: int
-    #: consume-queue (logical) offset
-    queue_offset: int
-    keys: str | None
-    uniq_key: str | None
-    sys_flag: int
-    prepared_transaction_offset: int
-    properties: dict[str, str]
-    #: True while recovery replays the commit log (a notifier may want to stay quiet)
-    recovering: bool = False
+    ``properties`` may be handed over still encoded (``properties_bytes``, what the batch path stores): it is
+    decoded the first time a dispatcher reads it, so a record whose dispatchers only need ``keys``, ``uniq_key``
+    and ``tags_code`` (the usual case) never builds the dict."""
+
+    __slots__ = (
+        "topic", "queue_id", "commit_log_offset", "msg_size", "tags_code", "store_timestamp", "queue_offset", "keys",
+        "uniq_key", "sys_flag", "prepared_transaction_offset", "_properties", "_properties_bytes", "recovering",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        commit_log_offset: int,
+        msg_size: int,
+        tags_code: int,
+        store_timestamp: int,
+        queue_offset: int,  # consume-queue (logical) offset
+        keys: str | None,
+        uniq_key: str | None,
+        sys_flag: int,
+        prepared_transaction_offset: int,
+        properties: dict[str, str] | None,
+        recovering: bool = False,  # True while recovery replays the commit log (a notifier may want to stay quiet)
+        properties_bytes: bytes | None = None,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.commit_log_offset = commit_log_offset
+        self.msg_size = msg_size
+        self.tags_code = tags_code
+        self.store_timestamp = store_timestamp
+        self.queue_offset = queue_offset
+        self.keys = keys
+        self.uniq_key = uniq_key
+        self.sys_flag = sys_flag
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self._properties = properties
+        self._properties_bytes = properties_bytes
+        self.recovering = recovering
+
+    @property
+    def properties(self) -> dict[str, str]:
+        props = self._properties
+        if props is None:
+            raw = self._properties_bytes
+            props = self._properties = decode_properties(raw) if raw else {}
+        return props
+
+    def __repr__(self) -> str:
+        return (f"DispatchRequest(topic={self.topic!r}, queue_id={self.queue_id}, commit_log_offset="
+                f"{self.commit_log_offset}, msg_size={self.msg_size}, queue_offset={self.queue_offset})")
 
 
 @runtime_checkable
@@ -55,6 +93,8 @@ class Dispatcher(Protocol):
     order: int
 
     def dispatch(self, request: DispatchRequest) -> None: ...
+
+    # optional: ``dispatch_batch(requests)``, the requests of one batch append in one call (Dispatchers.dispatch_batch)
 
 
 class RecoverableDispatcher(Dispatcher, Protocol):
@@ -79,6 +119,9 @@ class Dispatchers:
         self._list: list[Dispatcher] = []
         #: bound ``dispatch`` methods in the same order as the dispatchers: what the hot path iterates
         self.calls: tuple[Callable[[DispatchRequest], None], ...] = ()
+        #: per dispatcher, in the same order, what a batch append calls with all its requests: the dispatcher's
+        #: own ``dispatch_batch`` when it has one, else its ``dispatch`` once per request
+        self.batch_calls: tuple[Callable[[list[DispatchRequest]], None], ...] = ()
         for d in (queue, *others):
             self.add(d)
 
@@ -93,6 +136,29 @@ class Dispatchers:
         at = bisect.bisect_right([d.order for d in self._list], dispatcher.order)
         self._list.insert(at, dispatcher)
         self.calls = tuple(d.dispatch for d in self._list)
+        self.batch_calls = tuple(getattr(d, "dispatch_batch", None) or self._one_by_one(d.dispatch) for d in self._list)
+
+    def _one_by_one(self, call: Callable[[DispatchRequest], None]) -> Callable[[list[DispatchRequest]], None]:
+        def each(requests: list[DispatchRequest]) -> None:
+            for request in requests:
+                try:
+                    call(request)
+                except Exception:
+                    if self.failed(call, request):
+                        raise
+
+        return each
+
+    def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
+        """Hand the requests of one batch append (one topic-queue, consecutive queue offsets, one store timestamp
+        and sys flag) to every dispatcher in order: a dispatcher with a ``dispatch_batch(requests)`` method gets
+        them in one call, the others one ``dispatch`` call each. Failures as for single records."""
+        for many, call in zip(self.batch_calls, self.calls):
+            try:
+                many(requests)
+            except Exception:
+                if self.failed(call, requests[0]):
+                    raise
 
     def failed(self, call: Callable[[DispatchRequest], None], request: DispatchRequest) -> bool:
         """Called from the ``except`` block of a failed ``call``: True for the consume-queue dispatcher (the caller

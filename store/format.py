@@ -105,3 +105,35 @@ def index_key_hash(unsigned_h: int) -> int:
         return 0 if h == 0x80000000 else h
     return unsigned_h
 
+
+def find_property(props: bytes, name: bytes) -> str | None:
+    """The value of one property in an encoded properties string (spec 5.3) without decoding the rest: ``name`` is
+    the property name in bytes followed by the name-value separator (``b"KEYS\x01"``). As
+    :func:`decode_properties`, a later duplicate wins and an empty value counts as absent (None)."""
+    i = props.rfind(name)
+    while i > 0 and props[i - 1] != 2:  # only a match at the start of an item is the name
+        i = props.rfind(name, 0, i)
+    if i < 0:
+        return None
+    start = i + len(name)
+    end = props.find(b"\x02", start)
+    if end < 0:
+        end = len(props)
+    return props[start:end].decode("utf-8", "replace") if end > start else None
+
+
+def drop_property(props: bytes, name: bytes) -> bytes:
+    """``props`` without the item(s) of one property (``name`` as for :func:`find_property`)."""
+    i = props.find(name)
+    while i >= 0:
+        if i == 0 or props[i - 1] == 2:
+            end = props.find(b"\x02", i)
+            if end < 0:
+                props = props[: max(i - 1, 0)]  # the last item: its leading separator goes with it
+            else:
+                props = props[:i] + props[end + 1 :]
+            i = props.find(name, i)
+        else:
+            i = props.find(name, i + 1)
+    return props
+

@@ -448,6 +448,30 @@ class IndexDispatcher:
         if len(pending) >= self.BULK:
             self.drain()
 
+    def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
+        """:meth:`dispatch` for the records of one batch append, in one call."""
+        if (requests[0].sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
+            return
+        last = self._last_offset
+        pending = self._pending
+        append = pending.append
+        for request in requests:
+            offset = request.commit_log_offset
+            if offset <= last:
+                continue  # already indexed (recovery replay)
+            last = offset
+            uniq_key = request.uniq_key
+            keys = request.keys
+            if uniq_key:
+                append((request.topic, uniq_key, offset, request.store_timestamp))
+            if keys:
+                for key in keys.split(KEY_SEPARATOR):
+                    if key:
+                        append((request.topic, key, offset, request.store_timestamp))
+        self._last_offset = last
+        if len(pending) >= self.BULK:
+            self.drain()
+
     def drain(self) -> None:
         if self._pending:
             pending, self._pending = self._pending, []

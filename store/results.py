@@ -74,7 +74,9 @@ class AppendMessageResult:
         """Offset message id (spec 5.9); comma-joined for a batch (spec 5.8)."""
         if self.offsets is None:
             return encode_message_id(self.store_ip, self.store_port, self.wrote_offset)
-        return ",".join(encode_message_id(self.store_ip, self.store_port, o) for o in self.offsets)
+        # the store host part is the same for every id: hex it once, then each offset as 16 hex digits
+        prefix = encode_message_id(self.store_ip, self.store_port, 0)[:-16]
+        return ",".join([f"{prefix}{o:016X}" for o in self.offsets])
 
 
 @attrs.define(slots=True)

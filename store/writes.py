@@ -14,10 +14,23 @@ from collections.abc import Sequence
 from .commitlog import AppendRejected, CommitLog
 from .dispatch import Dispatchers, DispatchRequest
 from .flush import FlushPolicy, FlushTarget
-from .format import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, MessageRecord, java_string_hash
+from .format import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
+    MessageRecord,
+    find_property,
+    java_string_hash,
+)
 from .results import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger("pyrmq.store.message_store")
+
+_TAGS = (PROPERTY_TAGS + NAME_VALUE_SEPARATOR).encode()
+_KEYS = (PROPERTY_KEYS + NAME_VALUE_SEPARATOR).encode()
+_UNIQ = (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR).encode()
+_UNIQ_LEN = len(_UNIQ)
 
 #: tags codes remembered (tags strings repeat: a topic has a handful)
 MAX_TAGS_CODES = 65536
@@ -96,6 +109,55 @@ class StoreWrites:
         now = res.store_timestamp
         for record, (offset, size, queue_offset, _props) in zip(records, written):
             dispatch(record, offset, size, queue_offset, now, sys_flag, 0)  # a batch stores no prepared offset
+        return PutMessageResult(PutMessageStatus.PUT_OK, res)
+
+    def put_entries(
+        self,
+        topic: str,
+        queue_id: int,
+        entries: Sequence[tuple[int, bytes | memoryview, bytes]],
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        store_host: tuple[str, int],
+        reconsume_times: int = 0,
+    ) -> PutMessageResult:
+        """Append a batch of one topic-queue given as ``(flag, body, stored properties bytes)`` entries (the
+        broker's SEND_BATCH_MESSAGE path: no record object per message, see :meth:`CommitLog.append_entries`) and
+        dispatch it. The keys, UNIQ_KEY and tags the dispatchers get are read from the properties bytes; the
+        properties dict of each :class:`DispatchRequest` is only decoded if a dispatcher reads it."""
+        if self._unavailable is not None or self._disk_full is not None:
+            return self._refused()
+        if not entries:
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
+        try:
+            res, written, sys_flag = self.commit_log.append_entries(
+                topic, queue_id, entries, sys_flag, born_timestamp, born_host, store_host, reconsume_times
+            )
+        except AppendRejected as exc:
+            return exc.result()
+        except OSError as exc:
+            log.exception("batch append failed")
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
+        now = res.store_timestamp
+        codes = self._tags_codes
+        requests = []
+        append = requests.append
+        for offset, size, queue_offset, props in written:
+            tags = find_property(props, _TAGS) if _TAGS in props else None
+            keys = find_property(props, _KEYS) if _KEYS in props else None
+            i = props.rfind(_UNIQ)
+            if i == 0 or i > 0 and props[i - 1] == 2:  # the usual case, inlined (find_property otherwise)
+                start = i + _UNIQ_LEN
+                end = props.find(b"\x02", start)
+                uniq = props[start : end if end >= 0 else len(props)].decode("utf-8", "replace") or None
+            else:
+                uniq = find_property(props, _UNIQ) if i > 0 else None
+            append(DispatchRequest(
+                topic, queue_id, offset, size, (codes.get(tags) or self._tags_code(tags)) if tags else 0, now,
+                queue_offset, keys, uniq, sys_flag, 0, None, False, props,
+            ))
+        self.dispatchers.dispatch_batch(requests)
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def _dispatch_appended(

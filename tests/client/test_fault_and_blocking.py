@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import socket
 import threading
 import time
 
@@ -55,6 +56,42 @@ async def test_latency_fault_tolerance_routes_around_a_stopped_broker(dev, start
     assert len(failed_on_b) == 1 and failed_on_b[0].message_queue.broker_name == "broker-b"  # then avoided
     assert elapsed < 5  # no send waited for broker-b more than once
     assert not producer.fault.tolerance.is_available("broker-b")  # isolated for 600 s
+
+
+async def test_blocking_producer_sends_on_through_a_stopped_broker_and_its_hooks_see_every_send(dev, start_role, name):
+    broker_b = await start_role("broker", {"broker.brokerName": "broker-b", "broker.namesrvAddr": dev.namesrv})
+    await wait_registered(dev.namesrv, brokers=2)
+    topic = name("T")
+    async with Admin(dev.namesrv) as admin:
+        assert sorted(await admin.create_topic(topic, 4)) == ["broker-a", "broker-b"]
+    host, port = broker_b.listening["broker"].split(":")
+
+    def scenario(stop_b) -> tuple[list, list, list]:
+        with BlockingProducer(dev.namesrv, name("pg"), send_timeout=3.0) as producer:
+            before = [producer.send(Message(topic, f"before {i}")) for i in range(16)]
+            stop_b()
+            after = [producer.send(Message(topic, f"after {i}")) for i in range(16)]
+            seen: list[SendContext] = []
+            producer.add_send_hook(after=seen.append)
+            hooked = [producer.send(Message(topic, f"hooked {i}")) for i in range(4)]
+        return before, after, [(r.msg_id, [c.result.msg_id for c in seen if c.result is not None]) for r in hooked]
+
+    def stop_b() -> None:
+        trio.from_thread.run_sync(broker_b.request_stop)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # until broker-b no longer accepts connections
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+            except OSError:
+                return
+            time.sleep(0.05)
+        raise AssertionError("broker-b still accepts connections")
+
+    before, after, hooked = await trio.to_thread.run_sync(scenario, stop_b)
+    assert {r.message_queue.broker_name for r in before} == {"broker-a", "broker-b"}
+    assert all(r.status is SendStatus.SEND_OK for r in before + after)
+    assert {r.message_queue.broker_name for r in after} == {"broker-a"}
+    assert all(msg_id in seen for msg_id, seen in hooked)
 
 
 async def test_blocking_api_from_plain_threads(dev, name):

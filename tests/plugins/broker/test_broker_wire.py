@@ -163,6 +163,50 @@ async def test_batch_send_gets_consecutive_offsets_and_comma_joined_ids(broker, 
     assert [(m.body, m.queue_offset, m.properties["KEYS"]) for m in pulled] == [(f"m{i}".encode(), i, f"bk{i}") for i in range(5)]
 
 
+async def test_batch_like_a_java_producer_stores_tags_keys_and_cluster_and_indexes_every_key(broker, remoting_client):
+    """Entries as the Java client encodes them (UNIQ_KEY, KEYS, TAGS and WAIT in each, WAIT in the header too): the
+    stored properties drop WAIT and carry CLUSTER, tag filtering and key queries see every message."""
+    addr = broker.listening["broker"]
+    await remoting_client.invoke(addr, create_topic("T6b", 1))
+    entries = [
+        BatchEntry(i, f"m{i}".encode(), encode_properties({
+            "UNIQ_KEY": f"7F00000100002A9F00000000000{i:05X}", "KEYS": f"order-{i} shared", "WAIT": "true",
+            "TAGS": "TagA" if i % 2 else "TagB",
+        }).encode())
+        for i in range(6)
+    ]
+    req = send_request("T6b", encode_batch_body(entries), queue_id=0, code=RequestCode.SEND_BATCH_MESSAGE)
+    req.ext_fields["m"] = "true"
+    req.ext_fields["i"] = encode_properties({"WAIT": "true"})  # the batch's own properties: no UNIQ_KEY of its own
+    resp = await remoting_client.invoke(addr, req)
+    assert resp.code == ResponseCode.SUCCESS, resp.remark
+    pulled = decode_messages((await remoting_client.invoke(addr, pull_request("T6b", 0, 0))).body_bytes())
+    assert [(m.body, m.flag, m.queue_offset) for m in pulled] == [(f"m{i}".encode(), i, i) for i in range(6)]
+    for i, m in enumerate(pulled):
+        props = m.properties
+        assert "WAIT" not in props and props["CLUSTER"] == "DefaultCluster"
+        assert (props["KEYS"], props["TAGS"]) == (f"order-{i} shared", "TagA" if i % 2 else "TagB")
+    tag_a = decode_messages((await remoting_client.invoke(addr, pull_request("T6b", 0, 0, sub="TagA"))).body_bytes())
+    assert [m.body for m in tag_a] == [b"m1", b"m3", b"m5"]
+    now = int(time.time() * 1000)
+
+    async def query(key):
+        found = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
+            "topic": "T6b", "key": key, "maxNum": "32", "beginTimestamp": str(now - 60_000),
+            "endTimestamp": str(now + 60_000)}))
+        return sorted(m.body for m in decode_messages(found.body_bytes())) if found.code == 0 else []
+
+    assert await query("order-4") == [b"m4"]
+    assert await query("shared") == [f"m{i}".encode() for i in range(6)]
+    assert await query("7F00000100002A9F0000000000000003") == [b"m3"]
+
+    delayed = [BatchEntry(0, b"late", encode_properties({"UNIQ_KEY": "D1", "DELAY": "3"}).encode())]
+    req = send_request("T6b", encode_batch_body(entries[:1] + delayed), queue_id=0, code=RequestCode.SEND_BATCH_MESSAGE)
+    req.ext_fields["m"] = "true"
+    refused = await remoting_client.invoke(addr, req)
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL, refused.remark
+
+
 async def test_auto_create_through_tbw102_and_refusals_with_remarks(start_role, remoting_client):
     kernel = await start_role("dev")
     addr = kernel.listening["broker"]
