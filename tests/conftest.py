@@ -65,3 +65,14 @@ async def remoting_client(nursery: trio.Nursery):
     client = RemotingClient()
     await nursery.start(client.run)
     yield client
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """A single-node etcd (Debian ``etcd-server``) on free loopback ports, data in ``tmp_path``, fast raft ticks and
+    no fsync; killed by pid at teardown. ``etcd.endpoint`` is ``127.0.0.1:<port>``."""
+    from pyrmq.plugins.broker.failover.local_etcd import LocalEtcd
+
+    server = LocalEtcd(tmp_path / "etcd-data", log_path=tmp_path / "etcd.log").start()
+    yield server
+    server.kill()
