@@ -35,6 +35,9 @@ class SlaveConnection:
     """One connected slave, as HAConnection tracks it."""
 
     peer: str
+    #: the replica id a failover slave announced (a negative report, -(id + 1), before its first offset); None on
+    #: the 4.x wire
+    replica_id: int | None = None
     #: where the slave asked to start (-1 until its first report)
     request_offset: int = -1
     #: the highest offset the slave reported
@@ -102,6 +105,29 @@ class HAMaster:
             return PutMessageStatus.PUT_OK
         return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
+    def acked_by(self, replica_id: int) -> int:
+        """The highest offset the connected slave announced as ``replica_id`` acknowledged, -1 when not connected."""
+        return max((s.ack_offset for s in self.slaves if s.replica_id == replica_id and s.request_offset >= 0), default=-1)
+
+    async def wait_acked(self, end_offset: int, members: Any, timeout: float) -> bool:
+        """Until every replica id of ``members()`` (re-read at each ack) acknowledged ``end_offset``; False after
+        ``timeout`` or as soon as ``members()`` is None. Automatic failover's commit rule (every in-sync replica has
+        the message)."""
+        with trio.move_on_after(timeout):
+            while True:
+                current = members()
+                if current is None:
+                    return False
+                if all(self.acked_by(m) >= end_offset for m in current):
+                    return True
+                await self._acked.wait()
+        return False
+
+    def wake_waiters(self) -> None:
+        """Re-check the waits (the member set changed)."""
+        self._acked.set()
+        self._acked = trio.Event()
+
     def _ack(self, slave: SlaveConnection, offset: int) -> None:
         slave.ack_offset = offset
         slave.acked_at = trio.current_time()
@@ -109,6 +135,9 @@ class HAMaster:
             slave.caught_up_at = slave.acked_at
         if offset > self.push_to_slave_max:
             self.push_to_slave_max = offset
+            self._acked.set()
+            self._acked = trio.Event()
+        elif slave.replica_id is not None:
             self._acked.set()
             self._acked = trio.Event()
 
@@ -120,9 +149,10 @@ class HAMaster:
         self.port = listeners[0].socket.getsockname()[1]
         log.info("HA service listening on %s:%d", self.settings.listenHost, self.port)
         task_status.started(self.port)
-        await trio.serve_listeners(self._serve_slave, listeners)
+        await trio.serve_listeners(self.serve_slave, listeners)
 
-    async def _serve_slave(self, stream: trio.SocketStream) -> None:
+    async def serve_slave(self, stream: trio.SocketStream) -> None:
+        """Serve one connected slave until it or the master goes (the listener's handler)."""
         host, port = stream.socket.getpeername()[:2]
         now = trio.current_time()
         slave = SlaveConnection(f"{host}:{port}", last_read=now, connected_at=now)
@@ -154,9 +184,16 @@ class HAMaster:
             buffer += data
             usable = len(buffer) - len(buffer) % 8
             if usable:
-                # only the newest report counts (HAConnection.ReadSocketService)
+                # only the newest report counts (HAConnection.ReadSocketService); a failover slave's first 8 bytes
+                # are its replica id, negative so that no offset is mistaken for one
                 (offset,) = OFFSET.unpack_from(buffer, usable - 8)
+                if slave.replica_id is None and buffer[0] & 0x80:
+                    (announced,) = OFFSET.unpack_from(buffer, 0)
+                    slave.replica_id = -announced - 1
+                    log.info("slave %s is replica %d", slave.peer, slave.replica_id)
                 del buffer[:usable]
+                if offset < 0:
+                    continue
                 if slave.request_offset < 0:
                     slave.request_offset = offset
                     log.info("slave %s asks from offset %d", slave.peer, offset)
