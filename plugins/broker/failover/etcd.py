@@ -211,7 +211,9 @@ class EtcdClient:
     async def _call(self, op: str, key: str, path: str, payload: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
         body = json.dumps(payload).encode()
         last = ""
-        for _ in range(len(self.endpoints)):
+        attempts = len(self.endpoints)
+        while attempts:
+            attempts -= 1
             endpoint = self.endpoints[self._current]
             connection = None
             while self._idle:
@@ -220,6 +222,7 @@ class EtcdClient:
                     connection = candidate
                     break
                 await candidate.stream.aclose()
+            reused = connection is not None
             try:
                 with trio.fail_after(timeout or self.timeout):
                     if connection is None:
@@ -230,6 +233,11 @@ class EtcdClient:
                 if connection is not None:
                     await connection.stream.aclose()
                 last = f"{endpoint}: {type(exc).__name__} {exc}".rstrip()
+                if reused and not isinstance(exc, trio.TooSlowError):
+                    # a kept-alive connection the server closed meanwhile (etcd restarted): once more, afresh
+                    self._drop_idle(endpoint)
+                    attempts += 1
+                    continue
                 self._current = (self._current + 1) % len(self.endpoints)
                 continue
             self._idle.append((endpoint, connection))
@@ -245,6 +253,12 @@ class EtcdClient:
                 raise EtcdError(op, key, message, code)
             return answer
         raise EtcdUnavailable(op, key, f"no etcd endpoint answered ({last})")
+
+    def _drop_idle(self, endpoint: str) -> None:
+        stale = [c for where, c in self._idle if where == endpoint]
+        self._idle = [(where, c) for where, c in self._idle if where != endpoint]
+        for connection in stale:
+            connection.stream.socket.close()
 
     # -- key-value -------------------------------------------------------------------------------------------
 
