@@ -115,6 +115,10 @@ class StoreReplication:
             table[key] = cq.max_offset
         self.index.truncate(offset)
         self.index_dispatcher.sync_with_service()
+        # an index file holding entries past the cut is dropped whole: index again what it held before the cut
+        start = max(min(self.index.end_phy_offset, offset), cl.min_offset)
+        dispatch_range(cl, self.dispatchers, start, resolver=self.tags_code_resolver, recovering=True)
+        self.index_dispatcher.drain()
         self._replica_dispatched = offset
         log.warning("commit log truncated from %d to %d (%d bytes) for the elected master's history", end, offset, end - offset)
         return end - offset
