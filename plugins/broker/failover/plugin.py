@@ -31,7 +31,8 @@ During an etcd outage writes continue with the set as it is; only elections and 
 
 Plugin settings (``[plugins."pyrmq.plugins.broker.failover.plugin"]``): ``etcdEndpoints`` (comma separated
 host:port), ``leaseTtl`` (s, 3), ``pollInterval`` (ms, 100), ``minInSyncReplicas`` (1), ``uncleanElection``
-(false), ``replicaId`` (default brokerId), ``slaveSyncInterval`` / ``slaveSyncFirstDelay`` (ms, 10000 / 3000).
+(false), ``asyncFailover`` (false: an ASYNC_MASTER group is refused), ``replicaId`` (default brokerId),
+``slaveSyncInterval`` / ``slaveSyncFirstDelay`` (ms, 10000 / 3000).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from typing import Any
 import attrs
 import trio
 
+from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.plugins.broker.failover.etcd import (
     Compare,
@@ -79,22 +81,34 @@ class FailoverSettings:
 
     @classmethod
     def from_plugin(cls, raw: Any, broker_settings: Any) -> FailoverSettings:
+        where = f'[plugins."{PLUGIN}"]'
         endpoints = raw.get("etcdEndpoints", "")
         if isinstance(endpoints, str):
             endpoints = [e.strip() for e in endpoints.split(",") if e.strip()]
         if not endpoints:
-            raise ValueError(f'{PLUGIN}: etcdEndpoints is empty (set it under [plugins."{PLUGIN}"], host:port,...)')
-        unclean = raw.get("uncleanElection", False)
+            raise ConfigError("etcdEndpoints is empty: etcd's client addresses, host:port,...", file=where, key="etcdEndpoints")
+        role = broker_settings.brokerRole
+        if role == "SLAVE":
+            raise ConfigError("a failover replica is configured SYNC_MASTER (or ASYNC_MASTER with asyncFailover): "
+                              "etcd decides which replica is master", file="broker", key="brokerRole")
+        if role == "ASYNC_MASTER" and not _flag(raw.get("asyncFailover", False)):
+            raise ConfigError("failover of an ASYNC_MASTER group loses the tail its slaves had not received when the "
+                              "master died; set asyncFailover = true to accept that, or use SYNC_MASTER",
+                              file=where, key="asyncFailover")
         return cls(
             endpoints=tuple(endpoints),
             lease_ttl=max(1, int(raw.get("leaseTtl", 3))),
             poll=float(raw.get("pollInterval", 100)) / 1000,
             min_in_sync=max(1, int(raw.get("minInSyncReplicas", 1))),
-            unclean=unclean if isinstance(unclean, bool) else str(unclean).lower() == "true",
+            unclean=_flag(raw.get("uncleanElection", False)),
             replica_id=int(raw.get("replicaId", broker_settings.brokerId)),
             sync_interval=float(raw.get("slaveSyncInterval", 10_000)) / 1000,
             sync_first=float(raw.get("slaveSyncFirstDelay", 3000)) / 1000,
         )
+
+
+def _flag(value: Any) -> bool:
+    return value if isinstance(value, bool) else str(value).lower() == "true"
 
 
 class EpochFile:
@@ -165,10 +179,22 @@ class FailoverReplicator:
         async with EtcdClient(self.cfg.endpoints, timeout=max(0.5, self.cfg.lease_ttl / 3)) as etcd, trio.open_nursery() as nursery:
             self.etcd = etcd
             self._nursery = nursery
-            await nursery.start(self._ha_listener)
-            task_status.started()
-            nursery.start_soon(self._lease_loop)
-            nursery.start_soon(self._control_loop)
+            try:
+                await nursery.start(self._ha_listener)
+                task_status.started()
+                nursery.start_soon(self._lease_loop)
+                nursery.start_soon(self._control_loop)
+                await trio.sleep_forever()
+            finally:
+                # a clean stop: refuse writes, and give the lease back so that another replica is elected at once
+                # rather than a TTL later
+                ctx.store.set_read_only(f"replica {self.me} of {ctx.settings.brokerName} is stopping")
+                if self.lease:
+                    with trio.CancelScope(shield=True), trio.move_on_after(1):
+                        try:
+                            await etcd.revoke(self.lease)
+                        except EtcdError as exc:
+                            log.info("replica %d: lease not revoked at stop: %s", self.me, exc)
 
     async def _ha_listener(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         s = self.ctx.settings
