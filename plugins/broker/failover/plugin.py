@@ -66,6 +66,8 @@ log = logging.getLogger("pyrmq.broker.failover")
 PLUGIN = "pyrmq.plugins.broker.failover.plugin"
 MASTER = "MASTER"
 SLAVE = "SLAVE"
+#: a slave this close to the master's end starts joining the in-sync set (sends wait for it from then on)
+JOIN_LAG = 1024 * 1024
 
 
 @attrs.frozen
@@ -154,6 +156,10 @@ class FailoverReplicator:
         self.etcd: EtcdClient | None = None
         #: while master: our ``master`` key's mod_revision (the guard of every set change) and the local set
         self.master_revision = 0
+        #: the in-sync set as etcd has it, the replicas joining it (id -> offset they must acknowledge first), and
+        #: the set a send waits for (both): always a superset of what etcd says
+        self.synced: set[int] = set()
+        self.pending: dict[int, int] = {}
         self.members: set[int] = set()
         self.syncset_revision = 0
         self.ha: HAMaster | None = None
@@ -165,7 +171,6 @@ class FailoverReplicator:
         self.ha_addr = ""
         self.elections_won = 0
         self.slave_session: HASlave | None = None
-        self._lagging_since: dict[int, float] = {}
 
     def key(self, name: str) -> str:
         return self.prefix + name
@@ -314,6 +319,8 @@ class FailoverReplicator:
         self.last_epoch = self.epoch = epoch
         # every key of one txn has the txn's revision as its mod_revision: the guard of later set changes
         self.master_revision = self.syncset_revision = result.revision
+        self.synced = {self.me}
+        self.pending = {}
         self.members = {self.me}
         self.ha = HAMaster(store, self.ctx.settings)
         if self.notifier is not None:
@@ -335,6 +342,8 @@ class FailoverReplicator:
         self.role = SLAVE
         self.master_revision = 0
         self.members = set()
+        self.synced = set()
+        self.pending = {}
         ha, self.ha = self.ha, None
         if self.notifier is not None:
             self.notifier.master = None
@@ -405,33 +414,40 @@ class FailoverReplicator:
         now = trio.current_time()
         top = self.ctx.store.commit_log.max_offset
         connected = {s.replica_id: s for s in ha.slaves if s.replica_id is not None and s.request_offset >= 0}
-        drop = set()
+        behind = set()
         for member in self.members - {self.me}:
             slave = connected.get(member)
-            behind = slave is None or (slave.ack_offset < top and now - slave.acked_at > self.slave_timeout / 2)
-            if not behind:
-                self._lagging_since.pop(member, None)
+            if slave is not None and (slave.ack_offset >= top or now - slave.acked_at <= self.slave_timeout / 2):
                 continue
-            since = self._lagging_since.setdefault(member, now)
-            if slave is None or now - since >= self.cfg.poll:
-                drop.add(member)
-        keep = self.members - drop
+            behind.add(member)
+        # joining replicas that fell behind again leave quietly (etcd never listed them)
+        for rid in behind & set(self.pending):
+            del self.pending[rid]
+            log.info("replica %d (master, epoch %d): replica %d did not catch up", self.me, self.epoch, rid)
+        drop = behind & self.synced
+        keep = self.synced - drop
         if drop and len(keep) >= self.cfg.min_in_sync:
             if await self._write_syncset(etcd, keep):
-                self.members = keep
-                ha.wake_waiters()
+                self.synced = keep
                 log.warning("replica %d (master, epoch %d): in-sync set shrunk to %s (dropped %s)", self.me,
                             self.epoch, sorted(keep), sorted(drop))
-            return
-        caught_up = {rid for rid, s in connected.items() if rid not in self.members and s.ack_offset >= top}
-        if caught_up:
-            grown = self.members | caught_up
-            previous = self.members
-            self.members = grown  # wait for them from now on, before etcd says they may be elected
+        self.members = self.synced | set(self.pending)
+        ha.wake_waiters()
+        # a slave close to the end joins in two steps: first every later send waits for it too (locally, at once),
+        # then, once it has everything up to where the master's log stood at that moment (so every message
+        # acknowledged without it), etcd lists it as electable
+        for rid, slave in connected.items():
+            if rid not in self.members and top - slave.ack_offset <= JOIN_LAG:
+                self.pending[rid] = top
+                self.members.add(rid)
+        ready = {rid for rid, at in self.pending.items() if rid in connected and connected[rid].ack_offset >= at}
+        if ready:
+            grown = self.synced | ready
             if await self._write_syncset(etcd, grown):
+                self.synced = grown
+                for rid in ready:
+                    self.pending.pop(rid, None)
                 log.info("replica %d (master, epoch %d): in-sync set %s", self.me, self.epoch, sorted(grown))
-            else:
-                self.members = previous
 
     async def _write_syncset(self, etcd: EtcdClient, members: set[int]) -> bool:
         try:
@@ -466,7 +482,8 @@ class FailoverReplicator:
 
     def status(self) -> dict[str, str]:
         out = {"failoverRole": self.role, "failoverEpoch": str(self.epoch), "failoverReplicaId": str(self.me),
-               "failoverInSyncSet": ",".join(map(str, sorted(self.members)))}
+               "failoverInSyncSet": ",".join(map(str, sorted(self.synced))),
+               "failoverJoining": ",".join(map(str, sorted(self.pending)))}
         if self.ha is not None:
             lag = self.ha.lag()
             out.update({"haSlaveCount": str(len(lag)),

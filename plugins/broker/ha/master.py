@@ -162,8 +162,9 @@ class HAMaster:
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_reports, stream, slave, nursery.cancel_scope)
                 nursery.start_soon(self._transfer, stream, slave)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            log.info("slave %s: %s", slave.peer, exc)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+            # the nursery wraps the transfer's or the reader's error (a slave killed mid-transfer resets)
+            log.info("slave %s: %s", slave.peer, group.exceptions[0])
         finally:
             self.slaves.discard(slave)
             log.info("slave %s gone", slave.peer)

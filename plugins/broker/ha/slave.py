@@ -70,8 +70,10 @@ class HASlave:
                         await state._report(self.store.commit_log.max_offset)
                     nursery.start_soon(state.report_loop)
                     nursery.start_soon(state.read_loop)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                log.info("HA connection to %s lost: %s", addr, exc)
+            except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+                # the nursery wraps the reader's or the reporter's error (a master killed with our reports unread
+                # resets the connection)
+                log.info("HA connection to %s lost: %s", addr, group.exceptions[0])
             self.connected_to = ""
             await trio.sleep(1)
 
