@@ -64,7 +64,7 @@ chaos: $(STAMP)
 
 # Automatic failover on etcd at full size (docs/replication.md): 10 SIGKILL rounds of a 3-replica group, etcd down for
 # 10 s, the partition and the negative control; one JSON line per run in failover-report.jsonl (failover time p50/p99,
-# acked / lost / duplicated). `make test` runs the same tests with 2 rounds and a 4 s outage.
+# acked / lost / duplicated). `make test` runs the same tests with 2 rounds and a 3 s outage.
 failover: check-tools $(STAMP)
 	PYRMQ_FAILOVER_ROUNDS=$${PYRMQ_FAILOVER_ROUNDS:-10} PYRMQ_FAILOVER_ETCD_OUTAGE=10 \
 	PYRMQ_FAILOVER_REPORT=$${PYRMQ_FAILOVER_REPORT:-failover-report.jsonl} \

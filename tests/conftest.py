@@ -76,3 +76,14 @@ def etcd(tmp_path):
     server = LocalEtcd(tmp_path / "etcd-data", log_path=tmp_path / "etcd.log").start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path):
+    """A 3-member etcd cluster on free loopback ports (``etcd_cluster.endpoints``, ``.members[i]`` each a
+    LocalEtcd to kill and start again); killed by pid at teardown."""
+    from pyrmq.plugins.broker.failover.local_etcd import LocalEtcdCluster
+
+    cluster = LocalEtcdCluster(tmp_path / "etcd-cluster").start()
+    yield cluster
+    cluster.kill()

@@ -36,8 +36,10 @@ class LocalEtcd:
     """
 
     def __init__(self, data_dir: Path | str, *, fast: bool = True, log_path: Path | str | None = None,
-                 client_port: int = 0, peer_port: int = 0) -> None:
+                 client_port: int = 0, peer_port: int = 0, name: str = "pyrmq", initial_cluster: str = "") -> None:
         self.data_dir = Path(data_dir)
+        self.name = name
+        self.initial_cluster = initial_cluster
         self.fast = fast
         self.log_path = Path(log_path) if log_path else self.data_dir.with_suffix(".log")
         self.client_port = client_port or _free_port()
@@ -60,20 +62,21 @@ class LocalEtcd:
         client = f"http://127.0.0.1:{self.client_port}"
         peer = f"http://127.0.0.1:{self.peer_port}"
         cmd = [
-            binary, "--name", "pyrmq", "--data-dir", str(self.data_dir),
+            binary, "--name", self.name, "--data-dir", str(self.data_dir),
             "--listen-client-urls", client, "--advertise-client-urls", client,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"pyrmq={peer}", "--log-level", "warn",
+            "--initial-cluster", self.initial_cluster or f"{self.name}={peer}", "--log-level", "warn",
         ]
         if self.fast:
             cmd += ["--unsafe-no-fsync", "--heartbeat-interval", "20", "--election-timeout", "200"]
         return cmd
 
-    def start(self, timeout: float = 20) -> LocalEtcd:
+    def start(self, timeout: float = 20, *, wait: bool = True) -> LocalEtcd:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, start_new_session=True)
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float = 20) -> None:
@@ -119,3 +122,33 @@ class LocalEtcd:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+class LocalEtcdCluster:
+    """Three (``size``) etcd members on loopback, one data directory each; ``endpoints`` lists their client
+    addresses. A member stopped and started again rejoins with its data."""
+
+    def __init__(self, root: Path | str, size: int = 3, *, fast: bool = True) -> None:
+        root = Path(root)
+        ports = [(_free_port(), _free_port()) for _ in range(size)]
+        initial = ",".join(f"m{i}=http://127.0.0.1:{peer}" for i, (_, peer) in enumerate(ports, 1))
+        self.members = [
+            LocalEtcd(root / f"m{i}", fast=fast, log_path=root / f"m{i}.log", client_port=client, peer_port=peer,
+                      name=f"m{i}", initial_cluster=initial)
+            for i, (client, peer) in enumerate(ports, 1)
+        ]
+
+    @property
+    def endpoints(self) -> list[str]:
+        return [m.endpoint for m in self.members]
+
+    def start(self, timeout: float = 30) -> LocalEtcdCluster:
+        for member in self.members:  # all at once: a member waits for the others' votes
+            member.start(wait=False)
+        for member in self.members:
+            member.wait_ready(timeout)
+        return self
+
+    def kill(self) -> None:
+        for member in self.members:
+            member.kill()

@@ -96,3 +96,18 @@ async def test_unreachable_and_back(etcd):
         etcd.kill()
         with pytest.raises(EtcdUnavailable, match=r"etcd put '/x/k'.*no etcd endpoint answered"):
             await client.put("/x/k", "2")
+
+
+async def test_a_cluster_member_down_the_client_uses_the_next_endpoint(etcd_cluster):
+    async with EtcdClient(etcd_cluster.endpoints, timeout=1) as client:
+        await client.put("/c/k", "1")
+        first = etcd_cluster.members[0]
+        first.kill()
+        lease = await client.grant(5)
+        assert await client.put("/c/k", "2", lease=lease) > 0
+        assert (await client.get("/c/k")).value == b"2"
+        first.start()
+        etcd_cluster.members[1].kill()
+        etcd_cluster.members[2].kill()
+        with pytest.raises(EtcdUnavailable, match="'/c/k'"):  # one of three: no quorum, no answer
+            await client.put("/c/k", "3")
