@@ -4,7 +4,8 @@ SIGKILLed at a random point, round after round (the killed replica restarts and 
 master holds the lease within TTL + 3 s and the route shows it; at the end every SEND_OK key is consumable (acked is a
 subset of received; duplicates are reported) and every replica's commit log is a byte prefix of the master's.
 
-``PYRMQ_FAILOVER_ROUNDS`` (default 2 in `make test`) sets the rounds; ``make failover`` runs 10 with a report.
+``PYRMQ_FAILOVER_ROUNDS`` (default 2 in `make test`) sets the rounds and ``PYRMQ_FAILOVER_SIZES`` the group sizes
+(default 3); ``make failover`` runs 10 rounds with groups of 2 and 3 and writes a report.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
 
 ROUNDS = int(os.environ.get("PYRMQ_FAILOVER_ROUNDS", "2"))
+#: group sizes of the rounds test (`make failover`: 2,3)
+SIZES = [int(x) for x in os.environ.get("PYRMQ_FAILOVER_SIZES", "3").split(",")]
 REPORT = os.environ.get("PYRMQ_FAILOVER_REPORT", "")
 TTL = 2
 TOPIC = "FailoverTopic"
@@ -211,9 +214,10 @@ class Sender:
 
 
 @pytest.mark.slow
-async def test_failover_rounds_lose_no_acknowledged_message(spawn, etcd, tmp_path):
+@pytest.mark.parametrize("size", SIZES)
+async def test_failover_rounds_lose_no_acknowledged_message(spawn, etcd, tmp_path, size):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 3)
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, size)
     for rid in group.ports:
         group.start(rid)
     rng = random.Random(int(os.environ.get("PYRMQ_FAILOVER_SEED", str(time.time_ns()))))
@@ -251,7 +255,7 @@ async def test_failover_rounds_lose_no_acknowledged_message(spawn, etcd, tmp_pat
     received = await _consume(config, sender.acked, 60, "failover_consumers")
     lost = _lost(sender.acked, received)
     duplicates = sum(c - 1 for c in received.values() if c > 1)
-    summary = {"rounds": rounds, "acked": len(sender.acked), "lost": len(lost), "lost_keys": lost[:20],
+    summary = {"replicas": size, "rounds": rounds, "acked": len(sender.acked), "lost": len(lost), "lost_keys": lost[:20],
                "duplicates": duplicates, "received": len(received), "outcomes": dict(sender.outcomes),
                "given_up": len(sender.given_up),
                "failover_p50": round(statistics.median(failover_times), 3),
