@@ -81,8 +81,8 @@ class StoreReplication:
 
     def cut_partial_tail(self) -> int:
         """A replica that stops following: drop the first bytes of a record its master never finished sending (the
-        commit log ends at a whole record again) and forget where replicated dispatch stood. Blocking; returns the
-        bytes dropped."""
+        commit log ends at a whole record again) and forget where replicated dispatch stood. Returns the bytes
+        dropped."""
         whole = self._replica_dispatched
         dropped = 0
         if whole is not None and self.commit_log.max_offset > whole:
@@ -93,7 +93,8 @@ class StoreReplication:
     def truncate_replica(self, offset: int) -> int:
         """Drop the commit log from ``offset`` (a record boundary) on, with the consume-queue units and index entries
         pointing there, and make it durable (fdatasync): a replica of a failover group whose tail an election after
-        it decided against. Blocking (run it off the event loop, with no client writes). Returns the bytes dropped."""
+        it decided against. Blocking, but short (one fdatasync): the caller runs it where no other store write or read
+happens meanwhile (pyrmq: on the event loop). Returns the bytes dropped."""
         cl = self.commit_log
         end = cl.max_offset
         if offset >= end:

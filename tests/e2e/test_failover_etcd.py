@@ -27,7 +27,7 @@ from pyrmq.client.config import ClientConfig
 from pyrmq.client.errors import ClientError
 from pyrmq.kernel.errors import PyrmqError
 from pyrmq.kernel.bundles import packaged_bundle_path
-from pyrmq.plugins.broker.failover.etcd import EtcdClient
+from pyrmq.plugins.broker.failover.etcd import EtcdClient, EtcdError
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -140,12 +140,19 @@ class Group:
 
 
 async def _master(etcd: EtcdClient) -> dict | None:
-    kv = await etcd.get(PREFIX + "master")
+    """The ``master`` record; None while there is none or etcd does not answer (a leader change, a restart)."""
+    try:
+        kv = await etcd.get(PREFIX + "master")
+    except EtcdError:
+        return None
     return kv.json() if kv else None
 
 
 async def _syncset(etcd: EtcdClient) -> list[int]:
-    kv = await etcd.get(PREFIX + "syncset")
+    try:
+        kv = await etcd.get(PREFIX + "syncset")
+    except EtcdError:
+        return []
     return kv.json()["members"] if kv else []
 
 

@@ -68,7 +68,11 @@ class LocalEtcd:
             "--initial-cluster", self.initial_cluster or f"{self.name}={peer}", "--log-level", "warn",
         ]
         if self.fast:
-            cmd += ["--unsafe-no-fsync", "--heartbeat-interval", "20", "--election-timeout", "200"]
+            # short raft ticks for one member (its own leader at once); a cluster keeps etcd's defaults, or a busy
+            # 2-core machine makes its leader change under the tests' feet
+            cmd += ["--unsafe-no-fsync"]
+            if not self.initial_cluster:
+                cmd += ["--heartbeat-interval", "20", "--election-timeout", "200"]
         return cmd
 
     def start(self, timeout: float = 20, *, wait: bool = True) -> LocalEtcd:

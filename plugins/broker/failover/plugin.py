@@ -167,6 +167,7 @@ class FailoverReplicator:
         #: while slave: the master record followed and the scope of the HA client + metadata sync
         self.following: dict[str, Any] | None = None
         self._follow_scope: trio.CancelScope | None = None
+        self._followed = trio.Event()
         self._nursery: trio.Nursery | None = None
         self.ha_addr = ""
         self.elections_won = 0
@@ -363,11 +364,14 @@ class FailoverReplicator:
         scope, self._follow_scope = self._follow_scope, None
         if scope is not None:
             scope.cancel()
+            # until the HA connection is closed: no report (ack) leaves after this, no byte is appended
+            await self._followed.wait()
             self.following = None
             self.slave_session = None
             log.info("replica %d: stopped following (no master)", self.me)
-        # a record cut in the middle by the old master's end: drop its first bytes before standing
-        await trio.to_thread.run_sync(self.ctx.store.cut_partial_tail)
+        # a record cut in the middle by the old master's end: drop its first bytes before standing. On the event
+        # loop, like every store write: pulls must not read a consume queue while it is cut
+        self.ctx.store.cut_partial_tail()
 
     async def _follow(self, etcd: EtcdClient, record: dict[str, Any]) -> None:
         await self._stop_following()
@@ -380,7 +384,7 @@ class FailoverReplicator:
             if later:
                 start = int(starts[min(later)]["startOffset"])
                 if store.commit_log.max_offset > start:
-                    dropped = await trio.to_thread.run_sync(store.truncate_replica, start)
+                    dropped = store.truncate_replica(start)  # on the event loop: see _stop_following
                     log.warning("replica %d: %d bytes after offset %d were never part of epoch %d: truncated",
                                 self.me, dropped, start, min(later))
             await trio.to_thread.run_sync(self.epoch_file.save, epoch)
@@ -391,16 +395,20 @@ class FailoverReplicator:
         self.slave_session = HASlave(store, s, lambda: record["haAddr"], replica_id=self.me)
         sync = MetadataSync(self.ctx, lambda: record["addr"], interval=self.cfg.sync_interval, first=self.cfg.sync_first)
         scope = self._follow_scope = trio.CancelScope()
+        self._followed = trio.Event()
         assert self._nursery is not None
-        self._nursery.start_soon(self._run_following, scope, self.slave_session, sync)
+        self._nursery.start_soon(self._run_following, scope, self._followed, self.slave_session, sync)
         log.info("replica %d follows replica %s (epoch %d) at %s", self.me, record["replicaId"], epoch, record["haAddr"])
 
     @staticmethod
-    async def _run_following(scope: trio.CancelScope, ha: HASlave, sync: MetadataSync) -> None:
-        with scope:
-            async with trio.open_nursery() as nursery:
-                await nursery.start(ha.run)
-                await nursery.start(sync.run)
+    async def _run_following(scope: trio.CancelScope, done: trio.Event, ha: HASlave, sync: MetadataSync) -> None:
+        try:
+            with scope:
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(ha.run)
+                    await nursery.start(sync.run)
+        finally:
+            done.set()
 
     # -- the in-sync set -------------------------------------------------------------------------------------
 
