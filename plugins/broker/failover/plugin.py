@@ -439,8 +439,10 @@ class FailoverReplicator:
                 self.synced = keep
                 log.warning("replica %d (master, epoch %d): in-sync set shrunk to %s (dropped %s)", self.me,
                             self.epoch, sorted(keep), sorted(drop))
-        self.members = self.synced | set(self.pending)
-        ha.wake_waiters()
+        waited = self.synced | set(self.pending)
+        if waited != self.members:
+            self.members = waited
+            ha.wake_waiters()  # the sends waiting re-check against the smaller set
         # a slave close to the end joins in two steps: first every later send waits for it too (locally, at once),
         # then, once it has everything up to where the master's log stood at that moment (so every message
         # acknowledged without it), etcd lists it as electable
