@@ -78,7 +78,7 @@ async def failover(replicas: int, args: argparse.Namespace, work: Path) -> None:
     try:
         bundle = work / f"{name}.toml"
         bundle.write_text(packaged_bundle_path("failover").read_text().replace('"127.0.0.1:2379"', f'"{etcd.endpoint}"')
-                          + "slaveSyncInterval = 500\nslaveSyncFirstDelay = 200\n")
+                          + "slaveSyncFirstDelay = 200\n")  # the metadata sync every 10 s, as the 4.x slave
         namesrv = ha_bench.Proc(["namesrv", "--listen", "127.0.0.1:0"], work / f"{name}-namesrv.log")
         procs.append(namesrv)
         ns = namesrv.listening["namesrv"]

@@ -324,6 +324,7 @@ class FailoverReplicator:
         self.pending = {}
         self.members = {self.me}
         self.ha = HAMaster(store, self.ctx.settings)
+        self.ha.set_members(())
         if self.notifier is not None:
             self.notifier.master = self.ha
         self.role = MASTER
@@ -351,7 +352,7 @@ class FailoverReplicator:
         for scope in list(self._ha_scopes):
             scope.cancel()
         if ha is not None:
-            ha.wake_waiters()
+            ha.set_members(None)  # every waiting send fails now
         registration = self.ctx.registration
         registration.broker_id = self.me
         registration.state_version = None
@@ -439,17 +440,13 @@ class FailoverReplicator:
                 self.synced = keep
                 log.warning("replica %d (master, epoch %d): in-sync set shrunk to %s (dropped %s)", self.me,
                             self.epoch, sorted(keep), sorted(drop))
-        waited = self.synced | set(self.pending)
-        if waited != self.members:
-            self.members = waited
-            ha.wake_waiters()  # the sends waiting re-check against the smaller set
         # a slave close to the end joins in two steps: first every later send waits for it too (locally, at once),
         # then, once it has everything up to where the master's log stood at that moment (so every message
         # acknowledged without it), etcd lists it as electable
         for rid, slave in connected.items():
-            if rid not in self.members and top - slave.ack_offset <= JOIN_LAG:
+            if rid not in self.synced and rid not in self.pending and top - slave.ack_offset <= JOIN_LAG:
                 self.pending[rid] = top
-                self.members.add(rid)
+        self._set_waited(self.synced | set(self.pending))
         ready = {rid for rid, at in self.pending.items() if rid in connected and connected[rid].ack_offset >= at}
         if ready:
             grown = self.synced | ready
@@ -458,6 +455,13 @@ class FailoverReplicator:
                 for rid in ready:
                     self.pending.pop(rid, None)
                 log.info("replica %d (master, epoch %d): in-sync set %s", self.me, self.epoch, sorted(grown))
+
+    def _set_waited(self, members: set[int]) -> None:
+        """The set a send waits for; the HA master's confirm offset follows it."""
+        if members != self.members:
+            self.members = members
+            if self.ha is not None:
+                self.ha.set_members(members - {self.me})
 
     async def _write_syncset(self, etcd: EtcdClient, members: set[int]) -> bool:
         try:
@@ -481,14 +485,9 @@ class FailoverReplicator:
         ha = self.ha
         if ha is None or self.role != MASTER:
             return PutMessageStatus.FLUSH_SLAVE_TIMEOUT  # stored, but this replica was deposed meanwhile
-        me = self.me
-
-        def others() -> list[int] | None:
-            return [m for m in self.members if m != me] if self.ha is ha else None
-
-        if not await ha.wait_acked(end_offset, others, self.slave_timeout) or self.ha is not ha:
-            return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-        return PutMessageStatus.PUT_OK
+        if ha.confirm_offset >= end_offset or await ha.wait_acked(end_offset, self.slave_timeout):
+            return PutMessageStatus.PUT_OK if self.ha is ha else PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
     def status(self) -> dict[str, str]:
         out = {"failoverRole": self.role, "failoverEpoch": str(self.epoch), "failoverReplicaId": str(self.me),

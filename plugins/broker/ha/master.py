@@ -28,6 +28,8 @@ log = logging.getLogger("pyrmq.broker.ha")
 
 OFFSET = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
+#: the confirm offset when no other replica must acknowledge (a master alone in its in-sync set)
+ALL_ACKED = 1 << 62
 
 
 @attrs.define(eq=False)
@@ -83,6 +85,10 @@ class HAMaster:
         self.slaves: set[SlaveConnection] = set()
         #: the highest offset any slave acknowledged (HAService.push2SlaveMaxOffset)
         self.push_to_slave_max = 0
+        #: automatic failover: the replica ids that must acknowledge (None: the 4.x rule, any slave), and the
+        #: offset all of them acknowledged
+        self.members: frozenset[int] | None = None
+        self.confirm_offset = -1
         self._acked = trio.Event()
         #: set by :class:`AppendNotifier` when the store appended something (wakes idle transfers)
         self.appended = trio.Event()
@@ -109,22 +115,39 @@ class HAMaster:
         """The highest offset the connected slave announced as ``replica_id`` acknowledged, -1 when not connected."""
         return max((s.ack_offset for s in self.slaves if s.replica_id == replica_id and s.request_offset >= 0), default=-1)
 
-    async def wait_acked(self, end_offset: int, members: Any, timeout: float) -> bool:
-        """Until every replica id of ``members()`` (re-read at each ack) acknowledged ``end_offset``; False after
-        ``timeout`` or as soon as ``members()`` is None. Automatic failover's commit rule (every in-sync replica has
-        the message)."""
+    def set_members(self, members: Any) -> None:
+        """Automatic failover: the replica ids every acknowledgement waits for (None: deposed, every wait fails).
+        The confirm offset (what all of them acknowledged) is recomputed here and at each of their reports, so a
+        waiting send compares one number, whatever the number of waiters."""
+        self.members = None if members is None else frozenset(members)
+        self._recompute_confirm(force_wake=True)
+
+    def _recompute_confirm(self, *, force_wake: bool = False) -> None:
+        members = self.members
+        if members is None:
+            confirm = -1
+        else:
+            confirm = min((self.acked_by(m) for m in members), default=ALL_ACKED)
+        if confirm > self.confirm_offset or force_wake:
+            self.confirm_offset = confirm
+            self._acked.set()
+            self._acked = trio.Event()
+        else:
+            self.confirm_offset = confirm
+
+    async def wait_acked(self, end_offset: int, timeout: float) -> bool:
+        """Until every replica of :meth:`set_members` acknowledged ``end_offset``; False after ``timeout`` or once
+        the members are None. Automatic failover's commit rule (every in-sync replica has the message)."""
         with trio.move_on_after(timeout):
-            while True:
-                current = members()
-                if current is None:
+            while self.confirm_offset < end_offset:
+                if self.members is None:
                     return False
-                if all(self.acked_by(m) >= end_offset for m in current):
-                    return True
                 await self._acked.wait()
+            return True
         return False
 
     def wake_waiters(self) -> None:
-        """Re-check the waits (the member set changed)."""
+        """Re-check the waits."""
         self._acked.set()
         self._acked = trio.Event()
 
@@ -133,11 +156,12 @@ class HAMaster:
         slave.acked_at = trio.current_time()
         if offset >= self.store.commit_log.max_offset:
             slave.caught_up_at = slave.acked_at
-        if offset > self.push_to_slave_max:
+        if self.members is not None:
+            if slave.replica_id in self.members:
+                self._recompute_confirm()
+            self.push_to_slave_max = max(self.push_to_slave_max, offset)
+        elif offset > self.push_to_slave_max:
             self.push_to_slave_max = offset
-            self._acked.set()
-            self._acked = trio.Event()
-        elif slave.replica_id is not None:
             self._acked.set()
             self._acked = trio.Event()
 
@@ -167,6 +191,8 @@ class HAMaster:
             log.info("slave %s: %s", slave.peer, group.exceptions[0])
         finally:
             self.slaves.discard(slave)
+            if self.members is not None and slave.replica_id in self.members:
+                self._recompute_confirm()
             log.info("slave %s gone", slave.peer)
 
     async def _read_reports(self, stream: trio.SocketStream, slave: SlaveConnection, scope: trio.CancelScope) -> None:

@@ -99,7 +99,8 @@ async def test_unreachable_and_back(etcd):
 
 
 async def test_a_cluster_member_down_the_client_uses_the_next_endpoint(etcd_cluster):
-    async with EtcdClient(etcd_cluster.endpoints, timeout=1) as client:
+    # a timeout longer than etcd's election timeout (1 s): the member killed may have been the leader
+    async with EtcdClient(etcd_cluster.endpoints, timeout=3) as client:
         await client.put("/c/k", "1")
         first = etcd_cluster.members[0]
         first.kill()
