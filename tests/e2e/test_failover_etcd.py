@@ -175,21 +175,21 @@ async def _route_master(namesrv: str) -> str | None:
     return None
 
 
-async def _create_topic(addr: str) -> None:
+async def _create_topic(addr: str, topic: str = TOPIC) -> None:
     async with RemotingClient() as rc:
         create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
             "topicFilterType": "SINGLE_TAG"})
         assert (await rc.invoke(addr, create)).code == ResponseCode.SUCCESS
 
 
-async def _has_topic(addr: str) -> bool:
+async def _has_topic(addr: str, topic: str = TOPIC) -> bool:
     try:
         async with RemotingClient() as rc:
             topics = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}), timeout=2)
     except RemotingError:
         return False
-    return TOPIC in topics.body_bytes().decode()
+    return topic in json.loads(topics.body_bytes())["topicConfigTable"]
 
 
 class Sender:
@@ -497,3 +497,40 @@ async def test_the_official_java_client_produces_and_consumes_through_a_failover
         assert acked <= set(received), sorted(acked - set(received))[:10]
         assert all(m["brokerName"] == GROUP for m in got)
         java.call("stop", name="fo")
+
+
+@pytest.mark.slow
+async def test_a_topic_created_just_before_the_master_dies_is_known_to_the_next_master(spawn, etcd, tmp_path):
+    """The master publishes its topic table to etcd; the slave, paused so that its metadata sync cannot fetch the new
+    topic, is elected after the master is SIGKILLed and takes the table from etcd: producers can send to it."""
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group.start_all()
+    async with EtcdClient([etcd.endpoint]) as client:
+        old = await group.ready(client)
+        slave = next(rid for rid in group.ports if rid != old["replicaId"])
+        group.signal(slave, signal.SIGSTOP)
+        try:
+            await _create_topic(group.addr(old["replicaId"]), "FailoverLate")
+
+            async def published():
+                kv = await client.get(PREFIX + "config/topics")
+                return kv is not None and "FailoverLate" in kv.json()["topicConfigTable"]
+
+            await _until(published, "the new topic in etcd", 10)
+            group.kill(old["replicaId"])
+        finally:
+            group.signal(slave, signal.SIGCONT)
+        assert not await _has_topic(group.addr(slave), "FailoverLate")  # the metadata sync never brought it
+        new = await _until(lambda: _new_master(client, old["epoch"]), "the slave elected", TTL + 3, 0.05)
+        assert new["replicaId"] == slave
+        assert await _has_topic(group.addr(slave), "FailoverLate")
+    config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0)
+    async with Producer(config=config, group="failover_late") as producer:
+        async def sent():
+            try:
+                return (await producer.send(Message("FailoverLate", b"x"), timeout=3)).status.value == "SEND_OK"
+            except (PyrmqError, RemotingError):
+                return False
+
+        await _until(sent, "a send to the topic through the new master", 20, 0.2)

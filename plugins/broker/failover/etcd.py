@@ -267,9 +267,9 @@ class EtcdClient:
         kvs = answer.get("kvs") or []
         return KeyValue.from_json(kvs[0]) if kvs else None
 
-    async def range(self, prefix: str) -> list[KeyValue]:
-        """Every key starting with ``prefix``, in key order."""
-        payload = {"key": _b64(prefix), "range_end": _b64(_prefix_end(prefix.encode()))}
+    async def range(self, prefix: str, *, start: str | None = None) -> list[KeyValue]:
+        """Every key starting with ``prefix``, in key order (from ``start`` on, when given: a key >= start)."""
+        payload = {"key": _b64(start or prefix), "range_end": _b64(_prefix_end(prefix.encode()))}
         answer = await self._call("range", prefix, "/v3/kv/range", payload)
         return [KeyValue.from_json(kv) for kv in answer.get("kvs") or []]
 

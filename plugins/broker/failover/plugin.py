@@ -8,7 +8,9 @@ Keys under ``/pyrmq/v1/<cluster>/<brokerName>/``:
 - ``epoch``    the last epoch (a counter, one per election);
 - ``syncset``  {epoch, members}: the replicas holding every acknowledged message; only they may be elected;
 - ``epochs/<n>`` {startOffset, replicaId}: where epoch n's history starts (the elected replica's max offset);
-- ``replicas/<id>`` {addr, lastEpoch, maxOffset}, bound to each replica's lease (for tools).
+- ``replicas/<id>`` {addr, lastEpoch, maxOffset}, bound to each replica's lease (for tools);
+- ``config/topics``, ``config/groups``: the master's topic and subscription-group documents (written under its
+  guard when their DataVersion changes, taken by the next master when elected).
 
 A replica starts read-only (its store refuses new messages, takes replicated ones). The control loop reads the
 group's keys every ``pollInterval``:
@@ -54,6 +56,7 @@ from pyrmq.plugins.broker.failover.etcd import (
     EtcdUnavailable,
     KeyValue,
     LeaseExpired,
+    get_op,
     put_op,
 )
 from pyrmq.plugins.broker.ha.master import HAMaster
@@ -172,6 +175,8 @@ class FailoverReplicator:
         self.ha_addr = ""
         self.elections_won = 0
         self.slave_session: HASlave | None = None
+        #: while master: the DataVersion of the topic / group documents last written to etcd
+        self.published: dict[str, Any] = {}
 
     def key(self, name: str) -> str:
         return self.prefix + name
@@ -269,13 +274,16 @@ class FailoverReplicator:
             await trio.sleep(self.cfg.poll)
 
     async def _step(self, etcd: EtcdClient) -> None:
-        kvs = {kv.key.removeprefix(self.prefix): kv for kv in await etcd.range(self.prefix)}
+        # from "epoch" on: every key but config/ (the topic and group documents, read only when elected)
+        kvs = {kv.key.removeprefix(self.prefix): kv for kv in await etcd.range(self.prefix, start=self.key("epoch"))}
         master = kvs.get("master")
         if self.role == MASTER:
             if master is None or master.mod_revision != self.master_revision:
                 await self._depose("its master key is gone or another replica's")
                 return
             await self._maintain_syncset(etcd, kvs.get("syncset"))
+            if self.role == MASTER:
+                await self._publish_configs(etcd)
             return
         if master is None:
             await self._stop_following()
@@ -313,9 +321,14 @@ class FailoverReplicator:
             put_op(self.key("epoch"), str(epoch)),
             put_op(self.key("syncset"), json.dumps({"epoch": epoch, "members": [self.me]})),
             put_op(self.key(f"epochs/{epoch}"), json.dumps({"startOffset": start, "replicaId": self.me})),
+            get_op(self.key("config/topics")),
+            get_op(self.key("config/groups")),
         ])
         if not result.succeeded:
             return
+        # the topics and groups the last masters published, newer than what the metadata sync brought (a topic
+        # created just before the old master died)
+        self._adopt_configs(result.responses[-2], result.responses[-1])
         await trio.to_thread.run_sync(self.epoch_file.save, epoch)
         self.last_epoch = self.epoch = epoch
         # every key of one txn has the txn's revision as its mod_revision: the guard of later set changes
@@ -336,6 +349,37 @@ class FailoverReplicator:
         registration.trigger()
         log.warning("replica %d of %s elected master of epoch %d at offset %d", self.me,
                     self.ctx.settings.brokerName, epoch, start)
+
+    def _adopt_configs(self, topics: list[KeyValue], groups: list[KeyValue]) -> None:
+        ctx = self.ctx
+        self.published = {}
+        for name, manager, kvs in (("topics", ctx.topics, topics), ("groups", ctx.groups, groups)):
+            if not kvs:
+                continue
+            document = kvs[0].json()
+            version = document.get("dataVersion") or {}
+            if version != manager.data_version.to_json():
+                manager.table.clear()
+                manager.load(document)
+                manager.data_version.timestamp = int(version.get("timestamp", 0))
+                manager.data_version.counter = int(version.get("counter", 0))
+                manager.persist()
+                log.warning("replica %d: %s taken from etcd (%d entries)", self.me, name, len(manager.table))
+            self.published[name] = manager.data_version.to_json()
+
+    async def _publish_configs(self, etcd: EtcdClient) -> None:
+        """The master writes its topic and subscription-group documents to etcd (guarded) when they changed."""
+        ctx = self.ctx
+        for name, manager in (("topics", ctx.topics), ("groups", ctx.groups)):
+            version = manager.data_version.to_json()
+            if self.published.get(name) == version:
+                continue
+            result = await etcd.txn([Compare.mod_revision(self.key("master"), self.master_revision)],
+                                    [put_op(self.key(f"config/{name}"), json.dumps(manager.document()))])
+            if not result.succeeded:
+                await self._depose("its guard failed writing the configs")
+                return
+            self.published[name] = version
 
     async def _depose(self, why: str) -> None:
         if self.role != MASTER:
