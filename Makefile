@@ -16,7 +16,7 @@ PEERS_ARGS ?=
 PKG_DIRS  := kernel store remoting plugins client spark_plugin configs
 PKG_FILES := $(VENV)/.pyrmq-files
 
-.PHONY: run test install check-python check-tools bench peers chaos clean FORCE
+.PHONY: run test install check-python check-tools bench peers chaos failover clean FORCE
 
 check-python:
 	@PYTHON='$(PYTHON)' .ci/check-tools --python
@@ -61,3 +61,11 @@ clean:
 # About 30 minutes on a 2-core machine; a short version of each scenario runs inside `make test`.
 chaos: $(STAMP)
 	CHAOS_FULL=1 CHAOS_REPORT=$${CHAOS_REPORT:-chaos-report.jsonl} $(BIN)/python -m pytest -m chaos tests/chaos $(PYTEST_ARGS)
+
+# Automatic failover on etcd at full size (docs/replication.md): 10 SIGKILL rounds of groups of 2 and 3, etcd down for
+# 10 s, the partition and the negative control; one JSON line per run in failover-report.jsonl (failover time p50/p99,
+# acked / lost / duplicated). `make test` runs the same tests with 2 rounds and a 3 s outage.
+failover: check-tools $(STAMP)
+	PYRMQ_FAILOVER_ROUNDS=$${PYRMQ_FAILOVER_ROUNDS:-10} PYRMQ_FAILOVER_SIZES=2,3 PYRMQ_FAILOVER_ETCD_OUTAGE=10 \
+	PYRMQ_FAILOVER_REPORT=$${PYRMQ_FAILOVER_REPORT:-failover-report.jsonl} \
+	$(BIN)/python -m pytest -s tests/e2e/test_failover_etcd.py $(PYTEST_ARGS)

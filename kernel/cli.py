@@ -97,6 +97,10 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
+    if args.ha:
+        from pyrmq.plugins.broker.failover.dev import run_ha_dev  # etcd + name server + 3 failover replicas
+
+        return run_ha_dev(args.store_dir or ".pyrmq-ha", args.namesrv_port or 9876, args.port or 10911)
     bundle = load_bundle(args.config or "dev")
     overrides = _role_overrides(args)
     overrides.setdefault("broker.storePathRootDir", os.path.abspath(args.store_dir or ".pyrmq"))
@@ -172,6 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--demo", action="store_true", help="once up, send and receive a few messages with the client library")
     p.add_argument("--dashboard-port", type=int, metavar="PORT", help="web dashboard port (default 8082; 0 = any free port)")
     p.add_argument("--no-dashboard", action="store_true", help="do not serve the web dashboard")
+    p.add_argument("--ha", action="store_true", help="instead: a local etcd, a name server and a 3-replica failover "
+                   "group as processes (brokers on --port, +10, +20; store under ./.pyrmq-ha); kill the master to watch")
     p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", help="override a setting (repeatable)")
     p.set_defaults(func=cmd_dev)
 

@@ -109,6 +109,7 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
         self._tags_codes: dict[str, int] = {}
         self._unavailable: str | None = "store not loaded"
         self._disk_full: str | None = None
+        self._read_only: str | None = None
         self._lock_fd = -1
         self._flush_target: _CommitLogFlushTarget | None = None
         self._loaded = False

@@ -4,11 +4,18 @@ them at the same offsets and re-dispatches the records they complete.
 
 from __future__ import annotations
 
+from typing import Any
+
+import logging
+import os
+
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueueStore
 from .dispatch import Dispatchers
 from .index_file import IndexDispatcher
 from .reput import TagsCodeResolver, dispatch_range
+
+log = logging.getLogger("pyrmq.store")
 
 
 class StoreReplication:
@@ -18,8 +25,10 @@ class StoreReplication:
     consume_queues: ConsumeQueueStore
     dispatchers: Dispatchers
     index_dispatcher: IndexDispatcher
+    index: Any
     tags_code_resolver: TagsCodeResolver | None
     _unavailable: str | None
+    _read_only: str | None
     #: where the slave's dispatch stands: the end of the last complete replicated record (None before any)
     _replica_dispatched: int | None
 
@@ -64,3 +73,53 @@ class StoreReplication:
                 table[key] = cq.max_offset
         return True
 
+
+    def set_read_only(self, reason: str | None) -> None:
+        """Refuse new messages (``put_message*`` answer SERVICE_NOT_AVAILABLE with ``reason``) while replicated
+        bytes are still appended; None accepts them again. A failover replica is read-only unless it is master."""
+        self._read_only = reason
+
+    def cut_partial_tail(self) -> int:
+        """A replica that stops following: drop the first bytes of a record its master never finished sending (the
+        commit log ends at a whole record again) and forget where replicated dispatch stood. Returns the bytes
+        dropped."""
+        whole = self._replica_dispatched
+        dropped = 0
+        if whole is not None and self.commit_log.max_offset > whole:
+            dropped = self.truncate_replica(whole)
+        self._replica_dispatched = None
+        return dropped
+
+    def truncate_replica(self, offset: int) -> int:
+        """Drop the commit log from ``offset`` (a record boundary) on, with the consume-queue units and index entries
+        pointing there, and make it durable (fdatasync): a replica of a failover group whose tail an election after
+        it decided against. Blocking, but short (one fdatasync): the caller runs it where no other store write or read
+happens meanwhile (pyrmq: on the event loop). Returns the bytes dropped."""
+        cl = self.commit_log
+        end = cl.max_offset
+        if offset >= end:
+            return 0
+        cl.queue.truncate(offset)
+        for mf in cl.queue.files:
+            if mf.file_from_offset + mf.file_size <= offset:
+                mf.set_positions(mf.file_size)
+        cl._current = cl.queue.last
+        last = cl.queue.last
+        if last is not None:
+            last.mm.flush()
+            os.fdatasync(last.fd)
+        table = cl.topic_queue_table
+        for key, cq in self.consume_queues.table.items():
+            dropped = cq.truncate_dirty(offset)
+            if dropped:
+                log.warning("consume queue %s/%d: dropped %d units of the truncated tail", cq.topic, cq.queue_id, dropped)
+            table[key] = cq.max_offset
+        self.index.truncate(offset)
+        self.index_dispatcher.sync_with_service()
+        # an index file holding entries past the cut is dropped whole: index again what it held before the cut
+        start = max(min(self.index.end_phy_offset, offset), cl.min_offset)
+        dispatch_range(cl, self.dispatchers, start, resolver=self.tags_code_resolver, recovering=True)
+        self.index_dispatcher.drain()
+        self._replica_dispatched = offset
+        log.warning("commit log truncated from %d to %d (%d bytes) for the elected master's history", end, offset, end - offset)
+        return end - offset

@@ -50,6 +50,9 @@ class StoreWrites:
     _unavailable: str | None
     #: why writes are refused for lack of disk (set by retention), None when there is room
     _disk_full: str | None
+    #: why new messages are refused while replicated bytes are still taken (a failover replica that is not the
+    #: master, :meth:`set_read_only`), None otherwise
+    _read_only: str | None
 
     def _set_disk_full(self, reason: str | None) -> None:
         if reason != self._disk_full:
@@ -61,10 +64,11 @@ class StoreWrites:
 
     @property
     def is_writable(self) -> bool:
-        return self._unavailable is None and self._disk_full is None
+        return self._unavailable is None and self._disk_full is None and self._read_only is None
 
     def _refused(self) -> PutMessageResult:
-        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, self._unavailable or self._disk_full or "")
+        reason = self._unavailable or self._disk_full or self._read_only or ""
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, reason)
 
     def _tags_code(self, tags: str) -> int:
         code = self._tags_codes.get(tags)
@@ -77,7 +81,7 @@ class StoreWrites:
     def put_message(self, record: MessageRecord) -> PutMessageResult:
         """Append one message and dispatch it (synchronous, no await). Under SYNC_FLUSH follow with
         :meth:`wait_flushed` (or use :meth:`put_message_async`)."""
-        if self._unavailable is not None or self._disk_full is not None:
+        if self._unavailable is not None or self._disk_full is not None or self._read_only is not None:
             return self._refused()
         try:
             res, sys_flag, _props = self.commit_log.append(record)
@@ -94,7 +98,7 @@ class StoreWrites:
 
     def put_messages(self, records: Sequence[MessageRecord]) -> PutMessageResult:
         """Append a batch of one topic-queue: consecutive queue offsets, one segment, one call (spec 5.8)."""
-        if self._unavailable is not None or self._disk_full is not None:
+        if self._unavailable is not None or self._disk_full is not None or self._read_only is not None:
             return self._refused()
         if not records:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")

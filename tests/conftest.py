@@ -111,3 +111,25 @@ async def remoting_client(nursery: trio.Nursery):
     client = RemotingClient()
     await nursery.start(client.run)
     yield client
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    """A single-node etcd (Debian ``etcd-server``) on free loopback ports, data in ``tmp_path``, fast raft ticks and
+    no fsync; killed by pid at teardown. ``etcd.endpoint`` is ``127.0.0.1:<port>``."""
+    from pyrmq.plugins.broker.failover.local_etcd import LocalEtcd
+
+    server = LocalEtcd(tmp_path / "etcd-data", log_path=tmp_path / "etcd.log").start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def etcd_cluster(tmp_path):
+    """A 3-member etcd cluster on free loopback ports (``etcd_cluster.endpoints``, ``.members[i]`` each a
+    LocalEtcd to kill and start again); killed by pid at teardown."""
+    from pyrmq.plugins.broker.failover.local_etcd import LocalEtcdCluster
+
+    cluster = LocalEtcdCluster(tmp_path / "etcd-cluster").start()
+    yield cluster
+    cluster.kill()

@@ -36,21 +36,26 @@ class NameServerRegistration:
         self.master_ha_addr = ""
         #: the HA address the replicator really listens on (None: haListenPort)
         self.ha_addr: str | None = None
+        #: the id registered: brokerId, or what automatic failover says (0 while this replica is the elected master)
+        self.broker_id = settings.brokerId
+        #: the master's epoch under automatic failover, sent as dataVersion.stateVersion (None: not sent, as 4.x)
+        self.state_version: int | None = None
 
     @property
     def ha_server_addr(self) -> str:
         return self.ha_addr or f"{self.settings.brokerIP2 or self.settings.brokerIP1}:{self.settings.haListenPort}"
 
     def _register_request(self) -> RemotingCommand:
-        body = json.dumps(
-            {"filterServerList": [], "topicConfigSerializeWrapper": self.topic_wrapper()}, separators=(",", ":")
-        ).encode()
+        wrapper = self.topic_wrapper()
+        if self.state_version is not None:
+            wrapper["dataVersion"] = {**wrapper["dataVersion"], "stateVersion": self.state_version}
+        body = json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": wrapper}, separators=(",", ":")).encode()
         header = RegisterBrokerRequestHeader(
             broker_name=self.settings.brokerName,
             broker_addr=self.broker_addr,
             cluster_name=self.settings.brokerClusterName,
             ha_server_addr=self.ha_server_addr,
-            broker_id=self.settings.brokerId,
+            broker_id=self.broker_id,
             compressed=False,
             body_crc32=zlib.crc32(body) & 0x7FFFFFFF,
         )
@@ -115,7 +120,7 @@ class NameServerRegistration:
             broker_name=self.settings.brokerName,
             broker_addr=self.broker_addr,
             cluster_name=self.settings.brokerClusterName,
-            broker_id=self.settings.brokerId,
+            broker_id=self.broker_id,
         )
         async with RemotingClient() as client:
             for addr in self.namesrv_addresses:

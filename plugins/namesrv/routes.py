@@ -35,6 +35,11 @@ def data_version_key(version: dict[str, Any] | None) -> tuple[int, int]:
     return (int(version.get("timestamp", 0)), int(version.get("counter", 0)))
 
 
+def state_version(version: dict[str, Any] | None) -> int:
+    """The master's epoch in a DataVersion (``stateVersion``, RocketMQ 5.x; 0 when a 4.x broker sends none)."""
+    return int((version or {}).get("stateVersion", 0))
+
+
 @attrs.define
 class RegisterResult:
     ha_server_addr: str = ""
@@ -67,8 +72,18 @@ class RouteTable:
         now_ms: float,
     ) -> RegisterResult:
         """REGISTER_BROKER (spec 4.3): record the broker and, for a master, its topics' queue data."""
-        self.clusters.setdefault(cluster, set()).add(broker_name)
         old_data = self.brokers.get(broker_name)
+        if broker_id == MASTER_ID and old_data is not None:
+            holder = old_data.broker_addrs.get(MASTER_ID)
+            holder_live = self.live.get(holder) if holder and holder != broker_addr else None
+            if holder_live is not None and state_version(data_version) < state_version(holder_live.data_version):
+                # RocketMQ 5.x's fence: a master of an older epoch (one that lost an election, resumed after a
+                # pause) does not take id 0 back from the one elected after it
+                log.warning("ignored registration of %s %s id=0 at %s: its stateVersion %d is older than %s's %d",
+                            cluster, broker_name, broker_addr, state_version(data_version), holder,
+                            state_version(holder_live.data_version))
+                return RegisterResult(holder_live.ha_server_addr, holder)
+        self.clusters.setdefault(cluster, set()).add(broker_name)
         first = old_data is None
         addrs = dict(old_data.broker_addrs) if old_data is not None else {}
         # one address has one broker id: drop other ids that pointed at this address (a slave promoted, ...)

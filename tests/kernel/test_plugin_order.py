@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import socket
 from typing import Any
 
 import attrs
@@ -61,7 +62,16 @@ async def snapshot_role(bundle: Bundle, tmp_path) -> dict[str, Any]:
             "broker.listenPort": 0, "broker.storePathRootDir": str(tmp_path / "store"),
             "broker.mappedFileSizeCommitLog": 1 << 20, "broker.maxHashSlotNum": 1000, "broker.maxIndexNum": 4000,
         })
-    kernel = build_kernel(bundle.with_overrides(overrides), entry_points=False)
+    bundle = bundle.with_overrides(overrides)
+    failover = "pyrmq.plugins.broker.failover.plugin"
+    if failover in bundle.plugins:
+        # never the packaged 127.0.0.1:2379: a machine may run a real etcd there (Debian starts etcd-server's)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            nobody = f"127.0.0.1:{s.getsockname()[1]}"
+        settings = {**bundle.plugin_settings.get(failover, {}), "etcdEndpoints": nobody}
+        bundle = attrs.evolve(bundle, plugin_settings={**bundle.plugin_settings, failover: settings})
+    kernel = build_kernel(bundle, entry_points=False)
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
             await nursery.start(serve_kernel, kernel)

@@ -17,10 +17,14 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingTimeout
 
 
-def register_request(broker_name="broker-a", addr="127.0.0.1:10911", broker_id=0, topics=None, counter=1, cluster="DefaultCluster"):
+def register_request(broker_name="broker-a", addr="127.0.0.1:10911", broker_id=0, topics=None, counter=1, cluster="DefaultCluster",
+                     state_version=None):
     topics = topics if topics is not None else {"TopicA": {"topicName": "TopicA", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}
+    version = {"counter": counter, "timestamp": 1}
+    if state_version is not None:
+        version["stateVersion"] = state_version
     body = json.dumps(
-        {"filterServerList": [], "topicConfigSerializeWrapper": {"dataVersion": {"counter": counter, "timestamp": 1}, "topicConfigTable": topics}}
+        {"filterServerList": [], "topicConfigSerializeWrapper": {"dataVersion": version, "topicConfigTable": topics}}
     ).encode()
     ext = {
         "brokerName": broker_name,
@@ -113,6 +117,26 @@ async def test_slave_learns_its_master_and_route_lists_both(namesrv, remoting_cl
     assert resp.ext_fields["masterAddr"] == "127.0.0.1:10911" and resp.ext_fields["haServerAddr"] == "127.0.0.1:10912"
     route = json.loads((await remoting_client.invoke(namesrv, route_request("TopicA"))).body_bytes())
     assert route["brokerDatas"][0]["brokerAddrs"] == {"0": "127.0.0.1:10911", "1": "127.0.0.1:10931"}
+
+
+async def test_master_of_an_older_epoch_does_not_take_id_0_back(namesrv, remoting_client):
+    """Automatic failover's fence (RocketMQ 5.x): id 0 with a lower dataVersion.stateVersion than the live holder's
+    is ignored; a higher one takes over."""
+    async def master():
+        route = json.loads((await remoting_client.invoke(namesrv, route_request("TopicA"))).body_bytes())
+        return route["brokerDatas"][0]["brokerAddrs"].get("0")
+
+    await remoting_client.invoke(namesrv, register_request(addr="127.0.0.1:10911", state_version=2))
+    stale = await remoting_client.invoke(namesrv, register_request(addr="127.0.0.1:10921", state_version=1))
+    assert stale.code == ResponseCode.SUCCESS and stale.ext_fields["masterAddr"] == "127.0.0.1:10911"
+    assert await master() == "127.0.0.1:10911"
+    assert (await remoting_client.invoke(namesrv, register_request(addr="127.0.0.1:10931"))).code == ResponseCode.SUCCESS
+    assert await master() == "127.0.0.1:10911"  # no stateVersion at all counts as 0
+    await remoting_client.invoke(namesrv, register_request(addr="127.0.0.1:10921", state_version=3))
+    assert await master() == "127.0.0.1:10921"
+    # the deposed one registers under its replica id: a slave of the new master
+    resp = await remoting_client.invoke(namesrv, register_request(addr="127.0.0.1:10911", broker_id=2))
+    assert resp.ext_fields["masterAddr"] == "127.0.0.1:10921"
 
 
 async def test_bad_crc_and_bad_body_are_refused_with_a_remark(namesrv, remoting_client):

@@ -173,3 +173,43 @@ def test_a_failing_consume_queue_fails_the_put_and_later_dispatchers_do_not_see_
         assert store.put_message(record(body=b"fine")).is_ok and len(log) == 1
     finally:
         store.close()
+
+
+def test_a_failover_replica_is_read_only_cuts_a_half_record_and_truncates_to_an_epoch_start(tmp_path):
+    master = MessageStore(small_config(tmp_path / "master"))
+    replica = MessageStore(small_config(tmp_path / "replica"))
+    master.load()
+    replica.load()
+    try:
+        ends = [master.put_message(record(queue_id=0, body=bytes(3000), KEYS=f"k{i}")).append.end_offset
+                for i in range(30)]
+        replica.set_read_only("replica 2 of broker-a is not the elected master")
+        refused = replica.put_message(record(body=b"x"))
+        assert refused.status.name == "SERVICE_NOT_AVAILABLE" and "replica 2" in refused.remark
+        offset = 0
+        stop = ends[9] + 100  # the replica got 10 whole records and the first 100 bytes of the 11th (same segment)
+        while offset < stop:
+            data = master.get_commit_log_data(offset, min(5000, stop - offset))
+            assert replica.append_raw(offset, data)
+            offset += len(data)
+        assert replica.max_phy_offset == stop
+        assert replica.cut_partial_tail() == 100 and replica.max_phy_offset == ends[9]
+        assert len(read_all(replica, "TopicTest", 0)) == 10
+        # an election decided that the history after record 5 is not the group's: the replica drops it
+        assert replica.truncate_replica(ends[5]) == ends[9] - ends[5]
+        assert replica.max_phy_offset == ends[5]
+        assert len(read_all(replica, "TopicTest", 0)) == 6
+        assert replica.query_message("TopicTest", "k8", 32, 0, 2**62).buffers == []
+        assert len(replica.query_message("TopicTest", "k5", 32, 0, 2**62).buffers) == 1
+        # it follows the elected master from there, byte for byte
+        offset = ends[5]
+        while offset < master.max_phy_offset:
+            data = master.get_commit_log_data(offset, 5000)
+            assert replica.append_raw(offset, data)
+            offset += len(data)
+        assert read_all(replica, "TopicTest", 0) == read_all(master, "TopicTest", 0)
+        replica.set_read_only(None)
+        assert replica.put_message(record(queue_id=0, body=b"as master")).append.queue_offset == 30
+    finally:
+        master.close()
+        replica.close()

@@ -28,6 +28,8 @@ log = logging.getLogger("pyrmq.broker.ha")
 
 OFFSET = struct.Struct(">q")
 HEADER = struct.Struct(">qi")
+#: the confirm offset when no other replica must acknowledge (a master alone in its in-sync set)
+ALL_ACKED = 1 << 62
 
 
 @attrs.define(eq=False)
@@ -35,6 +37,9 @@ class SlaveConnection:
     """One connected slave, as HAConnection tracks it."""
 
     peer: str
+    #: the replica id a failover slave announced (a negative report, -(id + 1), before its first offset); None on
+    #: the 4.x wire
+    replica_id: int | None = None
     #: where the slave asked to start (-1 until its first report)
     request_offset: int = -1
     #: the highest offset the slave reported
@@ -80,6 +85,10 @@ class HAMaster:
         self.slaves: set[SlaveConnection] = set()
         #: the highest offset any slave acknowledged (HAService.push2SlaveMaxOffset)
         self.push_to_slave_max = 0
+        #: automatic failover: the replica ids that must acknowledge (None: the 4.x rule, any slave), and the
+        #: offset all of them acknowledged
+        self.members: frozenset[int] | None = None
+        self.confirm_offset = -1
         self._acked = trio.Event()
         #: set by :class:`AppendNotifier` when the store appended something (wakes idle transfers)
         self.appended = trio.Event()
@@ -102,12 +111,56 @@ class HAMaster:
             return PutMessageStatus.PUT_OK
         return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
 
+    def acked_by(self, replica_id: int) -> int:
+        """The highest offset the connected slave announced as ``replica_id`` acknowledged, -1 when not connected."""
+        return max((s.ack_offset for s in self.slaves if s.replica_id == replica_id and s.request_offset >= 0), default=-1)
+
+    def set_members(self, members: Any) -> None:
+        """Automatic failover: the replica ids every acknowledgement waits for (None: deposed, every wait fails).
+        The confirm offset (what all of them acknowledged) is recomputed here and at each of their reports, so a
+        waiting send compares one number, whatever the number of waiters."""
+        self.members = None if members is None else frozenset(members)
+        self._recompute_confirm(force_wake=True)
+
+    def _recompute_confirm(self, *, force_wake: bool = False) -> None:
+        members = self.members
+        if members is None:
+            confirm = -1
+        else:
+            confirm = min((self.acked_by(m) for m in members), default=ALL_ACKED)
+        if confirm > self.confirm_offset or force_wake:
+            self.confirm_offset = confirm
+            self._acked.set()
+            self._acked = trio.Event()
+        else:
+            self.confirm_offset = confirm
+
+    async def wait_acked(self, end_offset: int, timeout: float) -> bool:
+        """Until every replica of :meth:`set_members` acknowledged ``end_offset``; False after ``timeout`` or once
+        the members are None. Automatic failover's commit rule (every in-sync replica has the message)."""
+        with trio.move_on_after(timeout):
+            while self.confirm_offset < end_offset:
+                if self.members is None:
+                    return False
+                await self._acked.wait()
+            return True
+        return False
+
+    def wake_waiters(self) -> None:
+        """Re-check the waits."""
+        self._acked.set()
+        self._acked = trio.Event()
+
     def _ack(self, slave: SlaveConnection, offset: int) -> None:
         slave.ack_offset = offset
         slave.acked_at = trio.current_time()
         if offset >= self.store.commit_log.max_offset:
             slave.caught_up_at = slave.acked_at
-        if offset > self.push_to_slave_max:
+        if self.members is not None:
+            if slave.replica_id in self.members:
+                self._recompute_confirm()
+            self.push_to_slave_max = max(self.push_to_slave_max, offset)
+        elif offset > self.push_to_slave_max:
             self.push_to_slave_max = offset
             self._acked.set()
             self._acked = trio.Event()
@@ -120,9 +173,10 @@ class HAMaster:
         self.port = listeners[0].socket.getsockname()[1]
         log.info("HA service listening on %s:%d", self.settings.listenHost, self.port)
         task_status.started(self.port)
-        await trio.serve_listeners(self._serve_slave, listeners)
+        await trio.serve_listeners(self.serve_slave, listeners)
 
-    async def _serve_slave(self, stream: trio.SocketStream) -> None:
+    async def serve_slave(self, stream: trio.SocketStream) -> None:
+        """Serve one connected slave until it or the master goes (the listener's handler)."""
         host, port = stream.socket.getpeername()[:2]
         now = trio.current_time()
         slave = SlaveConnection(f"{host}:{port}", last_read=now, connected_at=now)
@@ -132,10 +186,13 @@ class HAMaster:
             async with stream, trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_reports, stream, slave, nursery.cancel_scope)
                 nursery.start_soon(self._transfer, stream, slave)
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            log.info("slave %s: %s", slave.peer, exc)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+            # the nursery wraps the transfer's or the reader's error (a slave killed mid-transfer resets)
+            log.info("slave %s: %s", slave.peer, group.exceptions[0])
         finally:
             self.slaves.discard(slave)
+            if self.members is not None and slave.replica_id in self.members:
+                self._recompute_confirm()
             log.info("slave %s gone", slave.peer)
 
     async def _read_reports(self, stream: trio.SocketStream, slave: SlaveConnection, scope: trio.CancelScope) -> None:
@@ -154,9 +211,16 @@ class HAMaster:
             buffer += data
             usable = len(buffer) - len(buffer) % 8
             if usable:
-                # only the newest report counts (HAConnection.ReadSocketService)
+                # only the newest report counts (HAConnection.ReadSocketService); a failover slave's first 8 bytes
+                # are its replica id, negative so that no offset is mistaken for one
                 (offset,) = OFFSET.unpack_from(buffer, usable - 8)
+                if slave.replica_id is None and buffer[0] & 0x80:
+                    (announced,) = OFFSET.unpack_from(buffer, 0)
+                    slave.replica_id = -announced - 1
+                    log.info("slave %s is replica %d", slave.peer, slave.replica_id)
                 del buffer[:usable]
+                if offset < 0:
+                    continue
                 if slave.request_offset < 0:
                     slave.request_offset = offset
                     log.info("slave %s asks from offset %d", slave.peer, offset)

@@ -31,8 +31,10 @@ RECONNECT_PAUSE = 5.0  # HAClient waits 5 s after a failed connect
 
 
 class HASlave:
-    def __init__(self, store: Any, settings: Any, master_ha_addr: Callable[[], str]) -> None:
+    def __init__(self, store: Any, settings: Any, master_ha_addr: Callable[[], str], *, replica_id: int | None = None) -> None:
         self.store = store
+        #: automatic failover: announced to the master first (as -(id + 1)), then the offset reported at once
+        self.replica_id = replica_id
         self.settings = settings
         self.master_ha_addr = master_ha_addr
         self.heartbeat = settings.haSendHeartbeatInterval / 1000
@@ -63,10 +65,15 @@ class HASlave:
             try:
                 async with stream, trio.open_nursery() as nursery:
                     state = _Session(self, stream, nursery.cancel_scope)
+                    if self.replica_id is not None:
+                        await stream.send_all(OFFSET.pack(-self.replica_id - 1))
+                        await state._report(self.store.commit_log.max_offset)
                     nursery.start_soon(state.report_loop)
                     nursery.start_soon(state.read_loop)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                log.info("HA connection to %s lost: %s", addr, exc)
+            except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+                # the nursery wraps the reader's or the reporter's error (a master killed with our reports unread
+                # resets the connection)
+                log.info("HA connection to %s lost: %s", addr, group.exceptions[0])
             self.connected_to = ""
             await trio.sleep(1)
 

@@ -1,0 +1,536 @@
+"""Automatic failover on etcd with real processes on 127.0.0.1 (Jepsen-style): an etcd, a name server and a group of
+SYNC_MASTER replicas (configs/failover.toml); a producer sends keyed messages with retries while the master is
+SIGKILLed at a random point, round after round (the killed replica restarts and rejoins). After each round a new
+master holds the lease within TTL + 3 s and the route shows it; at the end every SEND_OK key is consumable (acked is a
+subset of received; duplicates are reported) and every replica's commit log is a byte prefix of the master's.
+
+``PYRMQ_FAILOVER_ROUNDS`` (default 2 in `make test`) sets the rounds and ``PYRMQ_FAILOVER_SIZES`` the group sizes
+(default 3); ``make failover`` runs 10 rounds with groups of 2 and 3 and writes a report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import trio
+
+from pyrmq.client import Message, Producer, PushConsumer
+from pyrmq.client.config import ClientConfig
+from pyrmq.client.errors import ClientError
+from pyrmq.kernel.errors import PyrmqError
+from pyrmq.kernel.bundles import packaged_bundle_path
+from pyrmq.plugins.broker.failover.etcd import EtcdClient, EtcdError
+from pyrmq.remoting.client import RemotingClient
+from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.errors import RemotingError
+
+ROUNDS = int(os.environ.get("PYRMQ_FAILOVER_ROUNDS", "2"))
+#: group sizes of the rounds test (`make failover`: 2,3)
+SIZES = [int(x) for x in os.environ.get("PYRMQ_FAILOVER_SIZES", "3").split(",")]
+REPORT = os.environ.get("PYRMQ_FAILOVER_REPORT", "")
+TTL = 2
+TOPIC = "FailoverTopic"
+CLUSTER = "DefaultCluster"
+GROUP = "broker-f"
+PREFIX = f"/pyrmq/v1/{CLUSTER}/{GROUP}/"
+
+
+def _port() -> int:
+    """A port P with P + 1 (HA) free too."""
+    import socket
+
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port > 65000:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 1))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no port with a free neighbour on 127.0.0.1")
+
+
+async def _until(predicate, what: str, timeout: float = 30.0, interval: float = 0.1):
+    with trio.move_on_after(timeout):
+        while True:
+            value = await predicate()
+            if value:
+                return value
+            await trio.sleep(interval)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def _commit_log(store: Path) -> bytes:
+    """The replica's commit log as written (trailing zero bytes of the last file are not data)."""
+    directory = store / "commitlog"
+    files = sorted(directory.iterdir()) if directory.exists() else []
+    return b"".join(f.read_bytes() for f in files).rstrip(b"\0")
+
+
+class Group:
+    """The replicas of broker-f, each a `pyrmq broker -c <failover bundle>` process on its own port and store."""
+
+    def __init__(self, spawn, tmp_path: Path, etcd_endpoint: str, namesrv: str, size: int, *sets: str,
+                 plugin: str = "") -> None:
+        self.spawn = spawn
+        self.tmp_path = tmp_path
+        self.namesrv = namesrv
+        self.bundle = tmp_path / "failover.toml"
+        text = packaged_bundle_path("failover").read_text().replace('"127.0.0.1:2379"', f'"{etcd_endpoint}"')
+        text = text.replace("leaseTtl = 3", f"leaseTtl = {TTL}")
+        if plugin:
+            text = text.replace("uncleanElection = false\n", "")
+        self.bundle.write_text(text + "slaveSyncInterval = 500\nslaveSyncFirstDelay = 200\n" + plugin)
+        self.sets = sets
+        self.ports = {rid: _port() for rid in range(1, size + 1)}
+        self.roles: dict = {}
+
+    def store(self, rid: int) -> Path:
+        return self.tmp_path / f"replica-{rid}"
+
+    def addr(self, rid: int) -> str:
+        return f"127.0.0.1:{self.ports[rid]}"
+
+    def start(self, rid: int):
+        settings = ["flushDiskType=SYNC_FLUSH", "mappedFileSizeCommitLog=4194304", "haSendHeartbeatInterval=500",
+                    f"brokerName={GROUP}", f"brokerId={rid}", *self.sets]
+        self.roles[rid] = self.spawn(
+            "broker", "-c", str(self.bundle), "--namesrv", self.namesrv, "--listen", self.addr(rid),
+            "--store-dir", str(self.store(rid)), *[x for kv in settings for x in ("--set", kv)], name=f"replica-{rid}")
+        return self.roles[rid]
+
+    def start_all(self) -> None:
+        """Every replica at once (each start waits for its ready line in its own thread)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(self.ports)) as pool:
+            list(pool.map(self.start, self.ports))
+
+    def kill(self, rid: int) -> None:
+        self.roles[rid].stop(signal.SIGKILL)
+
+    def signal(self, rid: int, sig: int) -> None:
+        os.kill(self.roles[rid].proc.pid, sig)
+
+    async def ready(self, client: EtcdClient) -> dict:
+        """A master elected, the topic on every replica, every replica in the in-sync set; the master's record."""
+        master = await _until(lambda: _master(client), "a master elected", 20)
+        await _create_topic(self.addr(master["replicaId"]))
+        for rid in self.ports:
+            await _until(lambda rid=rid: _has_topic(self.addr(rid)), f"{TOPIC} on replica {rid}")
+        await _until(lambda: _full(client, self), "every replica in the in-sync set", 30)
+        return master
+
+    async def caught_up(self, master_id: int, rids) -> None:
+        """Until each replica of ``rids`` holds as much commit log as the master; then assert each is a prefix."""
+        want = _commit_log(self.store(master_id))
+        for rid in rids:
+            await _until(lambda rid=rid: _true(len(_commit_log(self.store(rid))) >= len(want)),
+                         f"replica {rid} caught up with master {master_id}", 30)
+        master_log = _commit_log(self.store(master_id))
+        for rid in rids:
+            log = _commit_log(self.store(rid))
+            assert master_log.startswith(log), f"replica {rid}'s commit log is not a prefix of master {master_id}'s"
+
+
+async def _master(etcd: EtcdClient) -> dict | None:
+    """The ``master`` record; None while there is none or etcd does not answer (a leader change, a restart)."""
+    try:
+        kv = await etcd.get(PREFIX + "master")
+    except EtcdError:
+        return None
+    return kv.json() if kv else None
+
+
+async def _syncset(etcd: EtcdClient) -> list[int]:
+    try:
+        kv = await etcd.get(PREFIX + "syncset")
+    except EtcdError:
+        return []
+    return kv.json()["members"] if kv else []
+
+
+async def _route_master(namesrv: str) -> str | None:
+    async with RemotingClient() as rc:
+        response = await rc.invoke(namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}))
+    if response.code != ResponseCode.SUCCESS:
+        return None
+    route = json.loads(response.body_bytes())
+    for data in route.get("brokerDatas", []):
+        if data["brokerName"] == GROUP:
+            return data["brokerAddrs"].get("0")
+    return None
+
+
+async def _create_topic(addr: str, topic: str = TOPIC) -> None:
+    async with RemotingClient() as rc:
+        create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
+            "topicFilterType": "SINGLE_TAG"})
+        assert (await rc.invoke(addr, create)).code == ResponseCode.SUCCESS
+
+
+async def _has_topic(addr: str, topic: str = TOPIC) -> bool:
+    try:
+        async with RemotingClient() as rc:
+            topics = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}), timeout=2)
+    except RemotingError:
+        return False
+    return topic in json.loads(topics.body_bytes())["topicConfigTable"]
+
+
+class Sender:
+    """Keyed sends, each retried (a fresh attempt after any failure) until SEND_OK or the give-up deadline."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.acked: set[str] = set()
+        self.attempts: Counter = Counter()
+        self.outcomes: Counter = Counter()
+        self.given_up: list[str] = []
+        self.next = 0
+        self.stopping = False
+
+    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        while not self.stopping:
+            key = f"k-{self.next}"
+            self.next += 1
+            deadline = trio.current_time() + 20
+            while trio.current_time() < deadline:
+                self.attempts[key] += 1
+                try:
+                    result = await self.producer.send(Message(TOPIC, key.encode(), keys=[key]), timeout=3)
+                except (ClientError, RemotingError, trio.TooSlowError, PyrmqError) as exc:
+                    self.outcomes[type(exc).__name__] += 1
+                    await trio.sleep(0.05)
+                    continue
+                self.outcomes[result.status.value] += 1
+                if result.status.value == "SEND_OK":
+                    self.acked.add(key)
+                    break
+                await trio.sleep(0.05)
+            else:
+                self.given_up.append(key)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("size", SIZES)
+async def test_failover_rounds_lose_no_acknowledged_message(spawn, etcd, tmp_path, size):
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, size)
+    group.start_all()
+    rng = random.Random(int(os.environ.get("PYRMQ_FAILOVER_SEED", str(time.time_ns()))))
+    failover_times: list[float] = []
+    rounds: list[dict] = []
+    async with EtcdClient([etcd.endpoint]) as client:
+        await group.ready(client)
+        config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
+        async with Producer(config=config, group="failover_producer", send_timeout=3.0) as producer:
+            sender = Sender(producer)
+            async with trio.open_nursery() as nursery:
+                await nursery.start(sender.run)
+                for n in range(ROUNDS):
+                    # every live replica in the in-sync set (the precondition for an election without loss)
+                    await _until(lambda: _full(client, group), "every replica in the in-sync set", 30)
+                    acked_before = len(sender.acked)
+                    await trio.sleep(rng.uniform(0.3, 1.5))
+                    old = await _master(client)
+                    group.kill(old["replicaId"])
+                    killed_at = trio.current_time()
+                    new = await _until(
+                        lambda: _new_master(client, old["epoch"]), "a new master holding the lease", TTL + 3, 0.02)
+                    elected = trio.current_time() - killed_at
+                    failover_times.append(elected)
+                    assert new["replicaId"] != old["replicaId"]
+                    await _until(lambda: _route_is(namesrv, new["addr"]), "the route naming the new master", 15)
+                    group.start(old["replicaId"])
+                    await _until(lambda: _acked_more(sender, acked_before + 10), "sends acknowledged by the new master", 30)
+                    rounds.append({"round": n, "killed": old["replicaId"], "elected": new["replicaId"],
+                                   "epoch": new["epoch"], "seconds": round(elected, 3),
+                                   "acked": len(sender.acked) - acked_before})
+                sender.stopping = True
+            master = await _master(client)
+            await group.caught_up(master["replicaId"], group.ports)
+    received = await _consume(config, sender.acked, 60, "failover_consumers")
+    lost = _lost(sender.acked, received)
+    duplicates = sum(c - 1 for c in received.values() if c > 1)
+    summary = {"replicas": size, "rounds": rounds, "acked": len(sender.acked), "lost": len(lost), "lost_keys": lost[:20],
+               "duplicates": duplicates, "received": len(received), "outcomes": dict(sender.outcomes),
+               "given_up": len(sender.given_up),
+               "failover_p50": round(statistics.median(failover_times), 3),
+               "failover_p99": round(sorted(failover_times)[min(len(failover_times) - 1, int(0.99 * len(failover_times)))], 3),
+               "failover_max": round(max(failover_times), 3)}
+    print(json.dumps(summary))
+    if REPORT:
+        with open(REPORT, "a") as f:
+            f.write(json.dumps(summary) + "\n")
+    assert not lost
+
+
+async def _consume(config: ClientConfig, acked: set[str], timeout: float, group: str) -> Counter:
+    """Every key a consumer group reads from the first offset, until ``acked`` are all in or ``timeout``."""
+    received: Counter = Counter()
+    async with PushConsumer(config=config, group=group, subscribe={TOPIC: "*"},
+                            listener=lambda msg: received.update([msg.body.decode()]),
+                            consume_from="CONSUME_FROM_FIRST_OFFSET"):
+        with trio.move_on_after(timeout):
+            while not acked <= set(received):
+                await trio.sleep(0.2)
+        await trio.sleep(0.5)  # what is still on its way (duplicates)
+    return received
+
+
+def _lost(acked: set[str], received: Counter) -> list[str]:
+    return sorted(acked - set(received), key=lambda k: int(k.rpartition("-")[2]))
+
+
+async def _true(value) -> bool:
+    return bool(value)
+
+
+async def _full(client: EtcdClient, group: Group) -> bool:
+    return set(await _syncset(client)) == set(group.ports)
+
+
+async def _new_master(client: EtcdClient, old_epoch: int) -> dict | None:
+    master = await _master(client)
+    return master if master is not None and master["epoch"] > old_epoch else None
+
+
+async def _route_is(namesrv: str, addr: str) -> bool:
+    return await _route_master(namesrv) == addr
+
+
+async def _acked_more(sender: Sender, n: int) -> bool:
+    return len(sender.acked) >= n
+
+
+def _send_request(key: str) -> RemotingCommand:
+    """SEND_MESSAGE straight to one broker address (no client routing or retries)."""
+    from pyrmq.store.format import encode_properties
+
+    fields = {
+        "producerGroup": "failover_raw", "topic": TOPIC, "defaultTopic": "TBW102", "defaultTopicQueueNums": 4,
+        "queueId": 0, "sysFlag": 0, "bornTimestamp": int(time.time() * 1000), "flag": 0,
+        "properties": encode_properties({"KEYS": key, "UNIQ_KEY": f"U{time.monotonic_ns():031d}"[:32]}),
+        "reconsumeTimes": 0, "unitMode": False,
+    }
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE, fields, key.encode())
+
+
+async def _send_keys(producer: Producer, keys: list[str]) -> set[str]:
+    acked = set()
+    for key in keys:
+        for _ in range(100):
+            try:
+                result = await producer.send(Message(TOPIC, key.encode(), keys=[key]), timeout=3)
+            except (PyrmqError, RemotingError, trio.TooSlowError):
+                await trio.sleep(0.1)
+                continue
+            if result.status.value == "SEND_OK":
+                acked.add(key)
+                break
+            await trio.sleep(0.1)
+    return acked
+
+
+@pytest.mark.slow
+async def test_partition_old_master_acknowledges_nothing_after_losing_its_lease(spawn, etcd, tmp_path):
+    """The master SIGSTOPped longer than the lease TTL, a send waiting in its socket: the other replica is elected;
+    after SIGCONT the old master answers that send with a failure (never SEND_OK), steps down, truncates what it
+    appended alone and follows the new master: its commit log is a prefix of the new master's."""
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group.start_all()
+    config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
+    async with EtcdClient([etcd.endpoint]) as client, Producer(config=config, group="failover_partition") as producer:
+        old = await group.ready(client)
+        acked = await _send_keys(producer, [f"before-{i}" for i in range(30)])
+        assert len(acked) == 30
+        group.signal(old["replicaId"], signal.SIGSTOP)
+        answers: list[RemotingCommand] = []
+        async with RemotingClient() as rc, trio.open_nursery() as nursery:
+            async def send_to_paused() -> None:
+                answers.append(await rc.invoke(group.addr(old["replicaId"]), _send_request("paused-0"), timeout=30))
+
+            nursery.start_soon(send_to_paused)
+            try:
+                new = await _until(lambda: _new_master(client, old["epoch"]), "the other replica elected", TTL + 3, 0.05)
+                acked |= await _send_keys(producer, [f"after-{i}" for i in range(30)])
+            finally:
+                group.signal(old["replicaId"], signal.SIGCONT)
+        assert len(answers) == 1 and answers[0].code != ResponseCode.SUCCESS, (answers[0].code, answers[0].remark)
+        print(f"the paused master answered {answers[0].code} {answers[0].remark!r}")
+        assert len(acked) == 60
+        assert (await _master(client))["replicaId"] == new["replicaId"]
+        await _until(lambda: _route_is(namesrv, new["addr"]), "the route naming the new master", 15)
+        acked |= await _send_keys(producer, ["late-0"])
+        await group.caught_up(new["replicaId"], group.ports)
+    received = await _consume(config, acked, 30, "failover_partition_consumers")
+    assert not _lost(acked, received)
+
+
+@pytest.mark.slow
+async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, etcd_cluster, tmp_path):
+    """A 3-member etcd cluster: one member SIGKILLed (the replicas use the next endpoint), then all three for
+    longer than the lease TTL (``PYRMQ_FAILOVER_ETCD_OUTAGE`` s, 10 in `make failover`): the master keeps
+    acknowledging writes; when etcd is back the same master holds the same epoch."""
+    outage = float(os.environ.get("PYRMQ_FAILOVER_ETCD_OUTAGE", "3"))
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, ",".join(etcd_cluster.endpoints), namesrv, 2)
+    group.start_all()
+    config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
+    async with EtcdClient(etcd_cluster.endpoints) as client, Producer(config=config, group="failover_outage") as producer:
+        before = await group.ready(client)
+        acked = await _send_keys(producer, [f"before-{i}" for i in range(20)])
+        etcd_cluster.members[0].kill()
+        acked |= await _send_keys(producer, [f"one-down-{i}" for i in range(20)])
+        for member in etcd_cluster.members[1:]:
+            member.kill()
+        outcomes: Counter = Counter()
+        n = 0
+        with trio.move_on_after(outage):
+            while True:
+                key = f"outage-{n}"
+                n += 1
+                result = await producer.send(Message(TOPIC, key.encode(), keys=[key]), timeout=3)
+                outcomes[result.status.value] += 1
+                acked.add(key)
+                await trio.sleep(0.01)
+        etcd_cluster.start()
+        assert outcomes == Counter({"SEND_OK": n - 1}) or outcomes == Counter({"SEND_OK": n}), outcomes
+        await _until(lambda: _master(client), "etcd answering again", 20)
+        await trio.sleep(TTL + 1)  # longer than a lease: an expiry would have shown by now
+        after = await _master(client)
+        assert (after["replicaId"], after["epoch"]) == (before["replicaId"], before["epoch"])
+        acked |= await _send_keys(producer, [f"after-{i}" for i in range(20)])
+        await group.caught_up(before["replicaId"], group.ports)
+    print(f"sent during the {outage:.0f} s etcd outage: {dict(outcomes)}")
+    received = await _consume(config, acked, 30, "failover_outage_consumers")
+    assert not _lost(acked, received)
+
+
+@pytest.mark.slow
+async def test_negative_control_async_master_with_unclean_election_loses_messages(spawn, etcd, tmp_path):
+    """The checker can see loss: ASYNC_MASTER (SEND_OK before any slave has the message), the slave down while 50
+    sends are acknowledged, the master SIGKILLed, the stale slave restarted and elected (uncleanElection): the
+    acknowledged messages it never had are reported lost."""
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2, "brokerRole=ASYNC_MASTER",
+                  plugin="uncleanElection = true\nasyncFailover = true\n")
+    group.start_all()
+    config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
+    async with EtcdClient([etcd.endpoint]) as client, Producer(config=config, group="failover_negative") as producer:
+        old = await group.ready(client)
+        acked = await _send_keys(producer, [f"before-{i}" for i in range(10)])
+        await group.caught_up(old["replicaId"], group.ports)
+        slave = next(rid for rid in group.ports if rid != old["replicaId"])
+        # stalled for good: a SIGSTOPped slave would still find the transfers in its socket buffer when resumed
+        group.kill(slave)
+        tail = await _send_keys(producer, [f"tail-{i}" for i in range(50)])
+        assert len(tail) == 50
+        group.kill(old["replicaId"])
+        group.start(slave)
+        await _until(lambda: _new_master(client, old["epoch"]), "the stale slave elected", TTL + 3 + 5, 0.05)
+        acked |= tail
+        acked |= await _send_keys(producer, [f"after-{i}" for i in range(10)])
+    # wait for what the stale slave does have, then count what it does not
+    received = await _consume(config, acked - tail, 30, "failover_negative_consumers")
+    lost = _lost(acked, received)
+    print(f"negative control: {len(acked)} acked, {len(lost)} lost: {lost[:5]}...")
+    assert set(lost) == {f"tail-{i}" for i in range(50)}
+
+
+@pytest.mark.slow
+async def test_the_official_java_client_produces_and_consumes_through_a_failover(spawn, etcd, tmp_path, java_driver):
+    """Apache RocketMQ's Java client 4.9.8, unchanged: keyed sync sends (one per driver call, a failed one sent
+    again) and a push consumer from the first offset; the master is SIGKILLed midway. It follows the new master
+    through its route polls; every key it got SEND_OK for is consumed."""
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group.start_all()
+    async with EtcdClient([etcd.endpoint]) as client:
+        old = await group.ready(client)
+        java = java_driver(namesrv, tmp_path / "java")
+        java.call("consume", name="fo", group="gFailover", topic=TOPIC)
+        acked: set[str] = set()
+        failures: Counter = Counter()
+
+        def send(keys: list[str]) -> None:
+            for key in keys:
+                for _ in range(200):
+                    answer = java.call("produce", check=False, group="pFailover", topic=TOPIC, mode="sync", count=1,
+                                       keyPrefix=key, timeout=30)
+                    status = answer["sent"][0]["status"] if answer.get("ok") else answer.get("error", "error")[:60]
+                    if status == "SEND_OK":
+                        acked.add(f"{key}-0")
+                        break
+                    failures[status] += 1
+                    time.sleep(0.1)
+
+        send([f"before-{i}" for i in range(30)])
+        group.kill(old["replicaId"])
+        send([f"after-{i}" for i in range(30)])
+        new = await _master(client)
+        assert new is not None and new["replicaId"] != old["replicaId"] and new["epoch"] > old["epoch"]
+        assert len(acked) == 60, failures
+        got: list[dict] = []
+        deadline = time.monotonic() + 60
+        while not acked <= {m["keys"] for m in got} and time.monotonic() < deadline:
+            got += java.call("collect", name="fo", count=1, timeoutMs=1000, quietMs=0, timeout=15)["msgs"]
+        received = Counter(m["keys"] for m in got)
+        print(f"Java client: {len(acked)} acked, {len(received)} received, failed attempts {dict(failures)}")
+        assert acked <= set(received), sorted(acked - set(received))[:10]
+        assert all(m["brokerName"] == GROUP for m in got)
+        java.call("stop", name="fo")
+
+
+@pytest.mark.slow
+async def test_a_topic_created_just_before_the_master_dies_is_known_to_the_next_master(spawn, etcd, tmp_path):
+    """The master publishes its topic table to etcd; the slave, paused so that its metadata sync cannot fetch the new
+    topic, is elected after the master is SIGKILLed and takes the table from etcd: producers can send to it."""
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group.start_all()
+    async with EtcdClient([etcd.endpoint]) as client:
+        old = await group.ready(client)
+        slave = next(rid for rid in group.ports if rid != old["replicaId"])
+        group.signal(slave, signal.SIGSTOP)
+        try:
+            await _create_topic(group.addr(old["replicaId"]), "FailoverLate")
+
+            async def published():
+                kv = await client.get(PREFIX + "config/topics")
+                return kv is not None and "FailoverLate" in kv.json()["topicConfigTable"]
+
+            await _until(published, "the new topic in etcd", 10)
+            group.kill(old["replicaId"])
+        finally:
+            group.signal(slave, signal.SIGCONT)
+        assert not await _has_topic(group.addr(slave), "FailoverLate")  # the metadata sync never brought it
+        new = await _until(lambda: _new_master(client, old["epoch"]), "the slave elected", TTL + 3, 0.05)
+        assert new["replicaId"] == slave
+        assert await _has_topic(group.addr(slave), "FailoverLate")
+    config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0)
+    async with Producer(config=config, group="failover_late") as producer:
+        async def sent():
+            try:
+                return (await producer.send(Message("FailoverLate", b"x"), timeout=3)).status.value == "SEND_OK"
+            except (PyrmqError, RemotingError):
+                return False
+
+        await _until(sent, "a send to the topic through the new master", 20, 0.2)
