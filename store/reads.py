@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .commitlog import CommitLog
 from .config import StoreConfig
@@ -46,6 +46,17 @@ class _CallableFilter:
         return bool(self.f(self._tags, record))
 
 
+def _readable(units: Iterable[tuple[int, int, int]], top: int) -> list[tuple[int, int, int]] | None:
+    """The leading ``units`` whose record ends at or before commit-log offset ``top``; None when the first one is
+    already beyond it (the queue has nothing readable yet)."""
+    kept = []
+    for unit in units:
+        if unit[0] + unit[1] > top and unit[1] != BLANK_SIZE:
+            return kept or None
+        kept.append(unit)
+    return kept
+
+
 class StoreReads:
     """Mixed into :class:`~pyrmq.store.message_store.MessageStore`, which sets these attributes."""
 
@@ -54,6 +65,9 @@ class StoreReads:
     consume_queues: ConsumeQueueStore
     index: IndexService
     index_dispatcher: IndexDispatcher
+    #: automatic failover: the commit-log offset up to which records may be read (the confirm offset, what every
+    #: in-sync replica acknowledged), asked once per :meth:`get_message`; None (the default) = everything
+    read_bound: Callable[[], int] | None = None
 
     def get_message(
         self,
@@ -69,7 +83,11 @@ class StoreReads:
         At most ``max_msg_nums`` and 32 messages / 256 KiB (at least one message); ``message_filter`` sees the CQ
         tags code first and the record only when the tags code matched. A filter with
         ``is_matched_by_consume_queue_at(tags_code, queue_offset)`` is asked that instead of
-        ``is_matched_by_consume_queue`` (Java passes the unit's consume-queue ext for its bloom-filter bitmap)."""
+        ``is_matched_by_consume_queue`` (Java passes the unit's consume-queue ext for its bloom-filter bitmap).
+
+        With a :attr:`read_bound`, a unit whose record ends beyond it is not there yet: the read stops before it (as
+        at the end of the queue: OFFSET_OVERFLOW_ONE at its offset when it is the first one), so a consumer asks
+        again, or its long poll is parked, until the bound passes it."""
         cfg = self.config
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
@@ -104,6 +122,11 @@ class StoreReads:
         mf = None
         mf_start = mf_end = 0
         last_phy = -1
+        bound = self.read_bound
+        if bound is not None:
+            units = _readable(units, bound())
+            if units is None:
+                return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
         for phy, size, tags_code in units:
             if buffers and (len(buffers) >= max_count or total + size > max_bytes):
                 break

@@ -4,6 +4,10 @@ A pull that finds nothing and carries the suspend flag is parked under ``topic@q
 answered as soon as a message matching its filter is dispatched to that queue (the ``long-polling`` store
 dispatcher wakes the hold service), or when its suspend timeout passes (checked every 5 s, 1 s with short polling,
 and at each deadline). A re-executed pull never parks again and never commits the consumer offset again.
+
+With automatic failover the store reads only up to the confirm offset (``store.read_bound``): a pull parked while
+its queue holds messages beyond it is kept aside and executed again when the failover plugin reports that the bound
+advanced (:meth:`PullRequestHoldService.bound_advanced`).
 """
 
 from __future__ import annotations
@@ -71,11 +75,29 @@ class PullRequestHoldService:
         self.check_interval = check_interval
         self.parked: dict[str, list[ParkedPull]] = defaultdict(list)
         self._ready: set[str] = set()
+        #: keys of pulls parked while their queue holds messages beyond the store's read bound
+        self._held: set[str] = set()
         self._wake = trio.Event()
 
     def park(self, pull: ParkedPull) -> None:
-        self.parked[f"{pull.header.topic}@{pull.header.queue_id}"].append(pull)
+        key = f"{pull.header.topic}@{pull.header.queue_id}"
+        self.parked[key].append(pull)
+        self._note_held(key, pull)
         self._wake.set()  # the deadline may be earlier than the current sleep
+
+    def _note_held(self, key: str, pull: ParkedPull) -> None:
+        # nothing found although the queue goes further: its next message is beyond the read bound
+        store = self.processor.ctx.store
+        if store.read_bound is not None and store.get_max_offset_in_queue(pull.header.topic, pull.header.queue_id) > pull.header.queue_offset:
+            self._held.add(key)
+
+    def bound_advanced(self) -> None:
+        """The store's read bound moved on (automatic failover's confirm offset): the pulls parked in front of it
+        are executed again."""
+        if self._held:
+            self._ready |= self._held
+            self._held = set()
+            self._wake.set()
 
     # store dispatcher: called for every appended record, in the append path; must stay cheap
     name = "long-polling"
@@ -138,7 +160,8 @@ class PullRequestHoldService:
                 pull.message_filter = message_filter
                 response = self.processor.execute(pull.connection, pull.request, pull.header, message_filter, first=False)
                 if response.code == ResponseCode.PULL_NOT_FOUND and not timed_out:
-                    keep.append(pull)  # woken by a message that does not match after all: keep waiting
+                    keep.append(pull)  # woken by a message that does not match (or is not readable yet): keep waiting
+                    self._note_held(key, pull)
                     continue
                 answers.append((pull.connection, response))
             if keep:

@@ -384,6 +384,74 @@ async def test_partition_old_master_acknowledges_nothing_after_losing_its_lease(
     assert not _lost(acked, received)
 
 
+def _pull_request(offset: int, suspend_ms: int = 0) -> RemotingCommand:
+    """PULL_MESSAGE of queue 0 with the subscription in the header (0x4), long polling (0x2) when suspended."""
+    return RemotingCommand.request(RequestCode.PULL_MESSAGE, {
+        "consumerGroup": "failover_confirm", "topic": TOPIC, "queueId": "0", "queueOffset": str(offset),
+        "maxMsgNums": "32", "sysFlag": str(0x4 | (0x2 if suspend_ms else 0)), "commitOffset": "0",
+        "suspendTimeoutMillis": str(suspend_ms), "subscription": "*", "subVersion": "0"})
+
+
+def _pulled_keys(response: RemotingCommand) -> list[str]:
+    from pyrmq.store.format import decode_messages
+
+    return [m.body.decode() for m in decode_messages(response.body_bytes())]
+
+
+async def _queue_max(rc: RemotingClient, addr: str) -> int:
+    request = RemotingCommand.request(RequestCode.GET_MAX_OFFSET, {"topic": TOPIC, "queueId": "0"})
+    return int((await rc.invoke(addr, request, timeout=5)).ext_fields["offset"])
+
+
+@pytest.mark.slow
+async def test_consumers_read_only_what_every_in_sync_replica_acknowledged(spawn, etcd, tmp_path):
+    """The master's in-sync slave SIGSTOPped (slaveTimeout long enough that the set keeps it): a message sent now is
+    stored but not SEND_OK, and a consumer pulling from the master does not get it (its long poll stays parked);
+    after SIGCONT the slave acknowledges: SEND_OK, and the parked long poll and a new pull both get the message."""
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2, "slaveTimeout=30000")
+    group.start_all()
+    async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
+        master = await group.ready(client)
+        addr = group.addr(master["replicaId"])
+        slave = next(rid for rid in group.ports if rid != master["replicaId"])
+        assert (await rc.invoke(addr, _send_request("confirmed-0"), timeout=10)).code == ResponseCode.SUCCESS
+        assert _pulled_keys(await rc.invoke(addr, _pull_request(0), timeout=10)) == ["confirmed-0"]
+        group.signal(slave, signal.SIGSTOP)
+        sent: list[RemotingCommand] = []
+        polled: list[RemotingCommand] = []
+        try:
+            async with trio.open_nursery() as nursery:
+                async def send() -> None:
+                    sent.append(await rc.invoke(addr, _send_request("unconfirmed-1"), timeout=30))
+
+                async def long_poll() -> None:
+                    polled.append(await rc.invoke(addr, _pull_request(1, suspend_ms=25_000), timeout=30))
+
+                nursery.start_soon(send)
+                await _until(lambda: _true_async(_queue_max(rc, addr), 2), "the master storing the message", 10, 0.05)
+                nursery.start_soon(long_poll)
+                # the master has it (GET_MAX_OFFSET counts it) but no in-sync replica acknowledged it
+                pulled = await rc.invoke(addr, _pull_request(1), timeout=10)
+                assert pulled.code == ResponseCode.PULL_NOT_FOUND, (pulled.code, _pulled_keys(pulled))
+                assert pulled.ext_fields["nextBeginOffset"] == "1"
+                assert not sent and not polled
+                group.signal(slave, signal.SIGCONT)
+                # the parked long poll (25 s) is answered when the confirm offset passes the message
+                with trio.fail_after(15):
+                    while not (sent and polled):
+                        await trio.sleep(0.05)
+        finally:
+            group.signal(slave, signal.SIGCONT)
+        assert sent[0].code == ResponseCode.SUCCESS, (sent[0].code, sent[0].remark)
+        assert polled[0].code == ResponseCode.SUCCESS and _pulled_keys(polled[0]) == ["unconfirmed-1"]
+        assert _pulled_keys(await rc.invoke(addr, _pull_request(1), timeout=10)) == ["unconfirmed-1"]
+
+
+async def _true_async(value, want) -> bool:
+    return await value == want
+
+
 @pytest.mark.slow
 async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, etcd_cluster, tmp_path):
     """A 3-member etcd cluster: one member SIGKILLed (the replicas use the next endpoint), then all three for

@@ -213,3 +213,22 @@ def test_a_failover_replica_is_read_only_cuts_a_half_record_and_truncates_to_an_
     finally:
         master.close()
         replica.close()
+
+
+def test_a_read_bound_hides_the_records_that_end_beyond_it(store):
+    """Automatic failover's confirm offset: a unit whose record ends beyond ``read_bound`` is not readable yet (as at
+    the end of the queue), the ones before it are; every stored message is still counted by the queue's max offset."""
+    from pyrmq.store import GetMessageStatus
+
+    ends = [store.put_message(record(queue_id=0, body=bytes(100), KEYS=f"k{i}")).append.end_offset for i in range(5)]
+    confirm = ends[1]
+    store.read_bound = lambda: confirm
+    result = store.get_message("g", "TopicTest", 0, 0, 32)
+    assert (result.status, result.message_count, result.next_begin_offset) == (GetMessageStatus.FOUND, 2, 2)
+    result = store.get_message("g", "TopicTest", 0, 2, 32)
+    assert (result.status, result.message_count, result.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_ONE, 0, 2)
+    assert store.get_max_offset_in_queue("TopicTest", 0) == 5
+    confirm = ends[3] - 1  # the 4th record not whole below the bound
+    assert store.get_message("g", "TopicTest", 0, 2, 32).queue_offsets == [2]
+    store.read_bound = None
+    assert store.get_message("g", "TopicTest", 0, 2, 32).queue_offsets == [2, 3, 4]

@@ -31,6 +31,12 @@ stopped acknowledging (in etcd first, guarded by "``master`` is still mine", the
 ``minInSyncReplicas``. A deposed master cannot commit: its set members stopped acknowledging it and its guard fails.
 During an etcd outage writes continue with the set as it is; only elections and set changes wait.
 
+Read rule: consumers read only up to the confirm offset (the store's ``read_bound``), so no consumer sees a message a
+failover could remove. A master reads up to what every member of the set a send waits for acknowledged (its whole
+log while it is alone); the bound only moves forward, and the HA master's advances wake the pulls parked in front of
+it. A replica that is not master (starting, deposed, following) keeps the bound of its last mastership (0 if none):
+it serves nothing new, since the 4.x HA wire does not carry the master's confirm offset to followers.
+
 Plugin settings (``[plugins."pyrmq.plugins.broker.failover.plugin"]``): ``etcdEndpoints`` (comma separated
 host:port), ``leaseTtl`` (s, 3), ``pollInterval`` (ms, 100), ``minInSyncReplicas`` (1), ``uncleanElection``
 (false), ``asyncFailover`` (false: an ASYNC_MASTER group is refused), ``replicaId`` (default brokerId),
@@ -62,6 +68,7 @@ from pyrmq.plugins.broker.failover.etcd import (
 from pyrmq.plugins.broker.ha.master import HAMaster
 from pyrmq.plugins.broker.ha.plugin import NOTIFIER
 from pyrmq.plugins.broker.ha.slave import HASlave, MetadataSync
+from pyrmq.plugins.broker.pull import PULL
 from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.broker.failover")
@@ -177,6 +184,9 @@ class FailoverReplicator:
         self.slave_session: HASlave | None = None
         #: while master: the DataVersion of the topic / group documents last written to etcd
         self.published: dict[str, Any] = {}
+        #: the store's read bound (commit-log offset): the highest confirm offset of this replica's masterships
+        self.readable = 0
+        self._hold: Any = None
 
     def key(self, name: str) -> str:
         return self.prefix + name
@@ -186,6 +196,9 @@ class FailoverReplicator:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         ctx = self.ctx
         ctx.store.set_read_only(f"replica {self.me} of {ctx.settings.brokerName} is not the elected master")
+        ctx.store.read_bound = self.read_bound
+        pull = ctx.kernel.state.find(PULL)
+        self._hold = pull.hold if pull is not None else None
         ctx.registration.broker_id = self.me
         async with EtcdClient(self.cfg.endpoints, timeout=max(0.5, self.cfg.lease_ttl / 3)) as etcd, trio.open_nursery() as nursery:
             self.etcd = etcd
@@ -337,6 +350,7 @@ class FailoverReplicator:
         self.pending = {}
         self.members = {self.me}
         self.ha = HAMaster(store, self.ctx.settings)
+        self.ha.on_confirm = self._confirm_advanced
         self.ha.set_members(())
         if self.notifier is not None:
             self.notifier.master = self.ha
@@ -430,6 +444,8 @@ class FailoverReplicator:
                 start = int(starts[min(later)]["startOffset"])
                 if store.commit_log.max_offset > start:
                     dropped = store.truncate_replica(start)  # on the event loop: see _stop_following
+                    # what an unclean election cut away was never confirmed (a clean one cuts beyond the bound)
+                    self.readable = min(self.readable, store.commit_log.max_offset)
                     log.warning("replica %d: %d bytes after offset %d were never part of epoch %d: truncated",
                                 self.me, dropped, start, min(later))
             await trio.to_thread.run_sync(self.epoch_file.save, epoch)
@@ -522,6 +538,25 @@ class FailoverReplicator:
             return False
         self.syncset_revision = result.revision
         return True
+
+    # -- the read bound --------------------------------------------------------------------------------------
+
+    def read_bound(self) -> int:
+        """The store's ``read_bound``: while master, the HA master's confirm offset (the log's end while no other
+        replica must acknowledge), never moving back; otherwise the bound this replica last had as master."""
+        ha = self.ha
+        if ha is not None:
+            confirm = ha.confirm_offset
+            top = self.ctx.store.commit_log.max_offset
+            if confirm > top:
+                confirm = top  # alone in the set (ALL_ACKED): everything written is committed
+            if confirm > self.readable:
+                self.readable = confirm
+        return self.readable
+
+    def _confirm_advanced(self) -> None:
+        if self._hold is not None:
+            self._hold.bound_advanced()
 
     # -- the replicator interface ----------------------------------------------------------------------------
 

@@ -89,6 +89,9 @@ class HAMaster:
         #: offset all of them acknowledged
         self.members: frozenset[int] | None = None
         self.confirm_offset = -1
+        #: called (no arguments) each time the confirm offset advanced: the failover plugin moves the store's read
+        #: bound and wakes the pulls parked in front of it
+        self.on_confirm: Any = None
         self._acked = trio.Event()
         #: set by :class:`AppendNotifier` when the store appended something (wakes idle transfers)
         self.appended = trio.Event()
@@ -129,9 +132,12 @@ class HAMaster:
         else:
             confirm = min((self.acked_by(m) for m in members), default=ALL_ACKED)
         if confirm > self.confirm_offset or force_wake:
+            advanced = confirm > self.confirm_offset
             self.confirm_offset = confirm
             self._acked.set()
             self._acked = trio.Event()
+            if advanced and self.on_confirm is not None:
+                self.on_confirm()
         else:
             self.confirm_offset = confirm
 
