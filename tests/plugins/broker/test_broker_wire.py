@@ -170,7 +170,7 @@ async def test_batch_like_a_java_producer_stores_tags_keys_and_cluster_and_index
     await remoting_client.invoke(addr, create_topic("T6b", 1))
     entries = [
         BatchEntry(i, f"m{i}".encode(), encode_properties({
-            "UNIQ_KEY": f"7F00000100002A9F00000000000{i:05X}", "KEYS": f"order-{i} shared", "WAIT": "true",
+            "UNIQ_KEY": f"7F00000100002A9F00000000000{i:05X}", "KEYS": f"order-{i} every-order", "WAIT": "true",
             "TAGS": "TagA" if i % 2 else "TagB",
         }).encode())
         for i in range(6)
@@ -185,7 +185,7 @@ async def test_batch_like_a_java_producer_stores_tags_keys_and_cluster_and_index
     for i, m in enumerate(pulled):
         props = m.properties
         assert "WAIT" not in props and props["CLUSTER"] == "DefaultCluster"
-        assert (props["KEYS"], props["TAGS"]) == (f"order-{i} shared", "TagA" if i % 2 else "TagB")
+        assert (props["KEYS"], props["TAGS"]) == (f"order-{i} every-order", "TagA" if i % 2 else "TagB")
     tag_a = decode_messages((await remoting_client.invoke(addr, pull_request("T6b", 0, 0, sub="TagA"))).body_bytes())
     assert [m.body for m in tag_a] == [b"m1", b"m3", b"m5"]
     now = int(time.time() * 1000)
@@ -197,7 +197,7 @@ async def test_batch_like_a_java_producer_stores_tags_keys_and_cluster_and_index
         return sorted(m.body for m in decode_messages(found.body_bytes())) if found.code == 0 else []
 
     assert await query("order-4") == [b"m4"]
-    assert await query("shared") == [f"m{i}".encode() for i in range(6)]
+    assert await query("every-order") == [f"m{i}".encode() for i in range(6)]
     assert await query("7F00000100002A9F0000000000000003") == [b"m3"]
 
     delayed = [BatchEntry(0, b"late", encode_properties({"UNIQ_KEY": "D1", "DELAY": "3"}).encode())]
