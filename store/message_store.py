@@ -110,6 +110,7 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
         self._unavailable: str | None = "store not loaded"
         self._disk_full: str | None = None
         self._read_only: str | None = None
+        self._refusal: str | None = self._unavailable
         self._lock_fd = -1
         self._flush_target: _CommitLogFlushTarget | None = None
         self._loaded = False
@@ -178,7 +179,7 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
         self._flush_target = _CommitLogFlushTarget(self)
         self.abort_file.create()
         self._loaded = True
-        self._unavailable = None
+        self._set_unavailable(None)
         self.retention.check_disk()
         log.info(
             "store %s loaded (%s recovery): commit log [%d, %d), %d consume queues, %d index files",
@@ -270,7 +271,7 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
         if self._closed:
             return
         self._closed = True
-        self._unavailable = "store closed"
+        self._set_unavailable("store closed")
         if self._loaded:
             self.flush_all()
             self.commit_log.close()
@@ -288,7 +289,7 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
     async def aclose(self) -> None:
         """:meth:`close` with the final flush in a worker thread."""
         if self._loaded and not self._closed:
-            self._unavailable = "store closing"
+            self._set_unavailable("store closing")
             self.index_dispatcher.drain()
             await trio.to_thread.run_sync(self.flush_all)
         self.close()

@@ -78,6 +78,7 @@ class StoreReplication:
         """Refuse new messages (``put_message*`` answer SERVICE_NOT_AVAILABLE with ``reason``) while replicated
         bytes are still appended; None accepts them again. A failover replica is read-only unless it is master."""
         self._read_only = reason
+        self._refresh_refusal()
 
     def cut_partial_tail(self) -> int:
         """A replica that stops following: drop the first bytes of a record its master never finished sending (the

@@ -53,6 +53,16 @@ class StoreWrites:
     #: why new messages are refused while replicated bytes are still taken (a failover replica that is not the
     #: master, :meth:`set_read_only`), None otherwise
     _read_only: str | None
+    #: the first of the three reasons above, None when new messages are accepted: the one test every put path
+    #: makes; only the setters below change a reason, and each refreshes it
+    _refusal: str | None
+
+    def _refresh_refusal(self) -> None:
+        self._refusal = next((r for r in (self._unavailable, self._disk_full, self._read_only) if r is not None), None)
+
+    def _set_unavailable(self, reason: str | None) -> None:
+        self._unavailable = reason
+        self._refresh_refusal()
 
     def _set_disk_full(self, reason: str | None) -> None:
         if reason != self._disk_full:
@@ -61,14 +71,14 @@ class StoreWrites:
             elif self._disk_full:
                 log.info("disk usage back under the limit: accepting writes again")
         self._disk_full = reason
+        self._refresh_refusal()
 
     @property
     def is_writable(self) -> bool:
-        return self._unavailable is None and self._disk_full is None and self._read_only is None
+        return self._refusal is None
 
     def _refused(self) -> PutMessageResult:
-        reason = self._unavailable or self._disk_full or self._read_only or ""
-        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, reason)
+        return PutMessageResult(PutMessageStatus.SERVICE_NOT_AVAILABLE, None, self._refusal or "")
 
     def _tags_code(self, tags: str) -> int:
         code = self._tags_codes.get(tags)
@@ -81,7 +91,7 @@ class StoreWrites:
     def put_message(self, record: MessageRecord) -> PutMessageResult:
         """Append one message and dispatch it (synchronous, no await). Under SYNC_FLUSH follow with
         :meth:`wait_flushed` (or use :meth:`put_message_async`)."""
-        if self._unavailable is not None or self._disk_full is not None or self._read_only is not None:
+        if self._refusal is not None:
             return self._refused()
         try:
             res, sys_flag, _props = self.commit_log.append(record)
@@ -98,7 +108,7 @@ class StoreWrites:
 
     def put_messages(self, records: Sequence[MessageRecord]) -> PutMessageResult:
         """Append a batch of one topic-queue: consecutive queue offsets, one segment, one call (spec 5.8)."""
-        if self._unavailable is not None or self._disk_full is not None or self._read_only is not None:
+        if self._refusal is not None:
             return self._refused()
         if not records:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
@@ -130,7 +140,7 @@ class StoreWrites:
         broker's SEND_BATCH_MESSAGE path: no record object per message, see :meth:`CommitLog.append_entries`) and
         dispatch it. The keys, UNIQ_KEY and tags the dispatchers get are read from the properties bytes; the
         properties dict of each :class:`DispatchRequest` is only decoded if a dispatcher reads it."""
-        if self._unavailable is not None or self._disk_full is not None:
+        if self._refusal is not None:
             return self._refused()
         if not entries:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")

@@ -186,6 +186,8 @@ def test_a_failover_replica_is_read_only_cuts_a_half_record_and_truncates_to_an_
         replica.set_read_only("replica 2 of broker-a is not the elected master")
         refused = replica.put_message(record(body=b"x"))
         assert refused.status.name == "SERVICE_NOT_AVAILABLE" and "replica 2" in refused.remark
+        refused = replica.put_entries("TopicTest", 0, [(0, b"y", b"")], 0, 0, ("127.0.0.1", 1), ("127.0.0.1", 2))
+        assert refused.status.name == "SERVICE_NOT_AVAILABLE" and "replica 2" in refused.remark
         offset = 0
         stop = ends[9] + 100  # the replica got 10 whole records and the first 100 bytes of the 11th (same segment)
         while offset < stop:
