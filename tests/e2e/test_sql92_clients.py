@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import queue
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -31,12 +30,6 @@ pytestmark = pytest.mark.slow
 STREAM = 10_000
 SQL = "region IN ('eu', 'apac') AND amount BETWEEN 100 AND 500 AND (vip = TRUE OR price > 50.0)"
 SQL_CHANGED = "region = 'us' AND vip = TRUE"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def properties(rng: random.Random) -> dict[str, str]:
@@ -81,10 +74,10 @@ def produce(namesrv: str, topic: str, prefix: str, n: int, seed: int) -> list[tu
 
 
 class Cluster:
-    def __init__(self, spawn, tmp_path: Path, name: str, *settings: str) -> None:
+    def __init__(self, spawn, tmp_path: Path, port: int, name: str, *settings: str) -> None:
         self.namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name=f"{name}-namesrv").listening["namesrv"]
         sets = [arg for s in settings for arg in ("--set", s)]
-        self.broker = spawn("broker", "-c", "broker", "--namesrv", self.namesrv, "--listen", f"127.0.0.1:{free_port()}",
+        self.broker = spawn("broker", "-c", "broker", "--namesrv", self.namesrv, "--listen", f"127.0.0.1:{port}",
                             "--store-dir", str(tmp_path / name), *sets, name=f"{name}-broker").listening["broker"]
 
     def create_topic(self, topic: str, queues: int = 4) -> None:
@@ -93,9 +86,10 @@ class Cluster:
 
 
 @pytest.fixture
-def clusters(spawn, tmp_path):
+def clusters(spawn, tmp_path, broker_port):
     """(a broker with enablePropertyFilter=true, one with the Java default false)."""
-    return Cluster(spawn, tmp_path, "on", "enablePropertyFilter=true"), Cluster(spawn, tmp_path, "off")
+    on = Cluster(spawn, tmp_path, broker_port(), "on", "enablePropertyFilter=true")
+    return on, Cluster(spawn, tmp_path, broker_port(), "off")
 
 
 def changed_bound(first: list, later: list) -> int:
