@@ -179,7 +179,7 @@ class ConcurrentConsumeService(_Base):
             try:
                 results = await self.call_batch(msgs)
                 handled = msgs[:len(results)]  # the rest was abandoned at shutdown: left for a later delivery
-                failed = [m for m, ok in zip(handled, results) if not ok]
+                failed = [] if all(results) else [m for m, ok in zip(handled, results) if not ok]
                 done = handled
                 if failed and consumer.clustering:
                     kept = []
