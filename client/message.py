@@ -54,7 +54,7 @@ parse_properties = decode_properties
 
 
 def _keys(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    if value is None:
+    if value is None or value == ():
         return ()
     if isinstance(value, str):
         return tuple(value.split()) if value.strip() else ()
@@ -62,6 +62,8 @@ def _keys(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def _body(value: bytes | bytearray | memoryview | str) -> bytes:
+    if type(value) is bytes:
+        return value
     if isinstance(value, str):
         return value.encode("utf-8")
     return bytes(value)
