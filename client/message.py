@@ -69,7 +69,7 @@ def _body(value: bytes | bytearray | memoryview | str) -> bytes:
     return bytes(value)
 
 
-@attrs.frozen(order=True)
+@attrs.frozen(order=True, cache_hash=True)
 class MessageQueue:
     """One queue of a topic on one broker; sorts like Java's (topic, brokerName, queueId)."""
 
