@@ -295,6 +295,21 @@ class ChunkIterator(ConcurrentConsumeService):
     async def start(self, nursery: trio.Nursery) -> None:
         pass
 
+    def take(self) -> MessageExt | None:
+        """:meth:`next` without a coroutine while the current batch lasts: the next message of it (the previous
+        one acknowledged as in :meth:`next`), or None when the batch is done (then await :meth:`next`)."""
+        pos = self.pos
+        msgs = self.msgs
+        if pos < len(msgs) and not self.pq.dropped:
+            current = self.current
+            if current is not None and not self.current_ok:
+                self.failed.append(current)
+            self.pos = pos + 1
+            msg = self.current = msgs[pos]
+            self.current_ok = True
+            return msg
+        return None
+
     async def next(self) -> MessageExt:
         current = self.current
         if current is not None:

@@ -258,7 +258,8 @@ class PushConsumer(ConsumerCore):
     async def __anext__(self) -> MessageExt:
         chunks = self._chunks
         if chunks is not None:
-            return await chunks.next()
+            msg = chunks.take()  # the current batch's next message, no second coroutine per message
+            return msg if msg is not None else await chunks.next()
         if self._iter_recv is None:
             raise ClientStateError("iterate a started consumer that has no listener")
         current, self._iter_current = self._iter_current, None
