@@ -20,7 +20,10 @@ table: before and after side by side, each against the peer of the same run.
 
 Per workload: messages/s (timed inside the client, after a warm-up), the server's CPU seconds over the workload
 (utime + stime from /proc/<pid>/stat, every thread) and its RSS afterwards: VmRSS, which includes the mapped store
-pages each server touched, and in brackets RssAnon, the process's own memory (the JVM's includes its heap). Medians of ``--repeat`` runs, the systems alternating first and second. Figures are
+pages each server touched, and in brackets RssAnon, the process's own memory (the JVM's includes its heap). The
+Python rows also give the client's CPU a message (process time of the process running the client; the before/after
+table shows it): on a shared machine it is steadier than the rates. Medians of ``--repeat`` runs, the systems
+alternating first and second. Figures are
 printed, never asserted. Needs Java 17 + Maven (the jars are fetched once into ~/.cache/pyrmq), ``redis-server``
 (apt-get install redis-server) and ``pip install redis hiredis`` in the venv.
 """
@@ -232,16 +235,18 @@ class Timed:
         self.pid = pid
 
     def __enter__(self) -> Timed:
-        self.cpu0, self.t0 = proc_cpu(self.pid), time.perf_counter()
+        self.cpu0, self.t0, self.own0 = proc_cpu(self.pid), time.perf_counter(), time.process_time()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.seconds = time.perf_counter() - self.t0
+        self.own = time.process_time() - self.own0  # the client's CPU: this process runs the client and nothing else
         self.cpu = proc_cpu(self.pid) - self.cpu0
         self.rss, self.anon = proc_rss_mib(self.pid)
 
     def row(self, n: int) -> dict:
-        return {"rate": n / self.seconds, "cpu": self.cpu, "rss": self.rss, "anon": self.anon}
+        return {"rate": n / self.seconds, "cpu": self.cpu, "rss": self.rss, "anon": self.anon,
+                "client_us": self.own / n * 1e6}
 
 
 def part2_pyrmq(server: PyrmqServer, sizes: dict[str, int]) -> dict[str, dict]:
@@ -444,9 +449,15 @@ def table_before(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int
     ]
     lines = [
         f"| workload (1 KiB bodies) | before ({rev}) msgs/s | after msgs/s | after / before | peer msgs/s "
-        "| before / peer | after / peer | before CPU s | after CPU s |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| before / peer | after / peer | before CPU s | after CPU s | client CPU us/msg before / after / peer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+
+    def client_us(*runs: list[dict]) -> str:
+        if not all(r and "client_us" in r[0] for r in runs):
+            return "-"  # the Java load generator's CPU is not measured
+        return " / ".join(f"{median(r, 'client_us'):.1f}" for r in runs)
+
     for label, ours, peer, our_key, peer_key in rows:
         a = results.get(ours, {}).get(our_key)
         b = results.get(ours + "_before", {}).get(our_key)
@@ -456,7 +467,7 @@ def table_before(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int
         ra, rb, rc = median(a, "rate"), median(b, "rate"), median(c, "rate")
         lines.append(
             f"| {label} | {rb:,.0f} | {ra:,.0f} | {ra / rb:.2f}x | {rc:,.0f} | {rb / rc:.2f}x | {ra / rc:.2f}x "
-            f"| {median(b, 'cpu'):.1f} | {median(a, 'cpu'):.1f} |"
+            f"| {median(b, 'cpu'):.1f} | {median(a, 'cpu'):.1f} | {client_us(b, a, c)} |"
         )
     return "\n".join(lines)
 

@@ -21,6 +21,7 @@ import functools
 import logging
 import queue
 import socket
+import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
@@ -226,8 +227,15 @@ class _DirectSender:
         conn = conns.get(addr)
         if conn is None:
             host, _, port = addr.rpartition(":")
-            sock = socket.create_connection((host, int(port)), timeout=self.producer.send_timeout)
+            timeout = self.producer.send_timeout
+            sock = socket.create_connection((host, int(port)), timeout=timeout)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            # a plain blocking socket whose kernel send/receive timeouts bound each call: no poll() before every
+            # send and receive, no fcntl per send (what a Python-level timeout costs); a timeout is an OSError
+            sock.settimeout(None)
+            limit = struct.pack("ll", int(timeout), int((timeout % 1) * 1_000_000))
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
             with self._lock:
                 self._sockets.append(sock)
             conn = conns[addr] = (sock, FrameDecoder())
@@ -263,7 +271,6 @@ class _DirectSender:
         opaque = request.opaque
         try:
             sock, decoder = self._connection(addr)
-            sock.settimeout(producer.send_timeout)
             sock.sendall(b"".join(parts))
             response = None
             while response is None:

@@ -179,7 +179,7 @@ class ConcurrentConsumeService(_Base):
             try:
                 results = await self.call_batch(msgs)
                 handled = msgs[:len(results)]  # the rest was abandoned at shutdown: left for a later delivery
-                failed = [m for m, ok in zip(handled, results) if not ok]
+                failed = [] if all(results) else [m for m, ok in zip(handled, results) if not ok]
                 done = handled
                 if failed and consumer.clustering:
                     kept = []
@@ -294,6 +294,21 @@ class ChunkIterator(ConcurrentConsumeService):
 
     async def start(self, nursery: trio.Nursery) -> None:
         pass
+
+    def take(self) -> MessageExt | None:
+        """:meth:`next` without a coroutine while the current batch lasts: the next message of it (the previous
+        one acknowledged as in :meth:`next`), or None when the batch is done (then await :meth:`next`)."""
+        pos = self.pos
+        msgs = self.msgs
+        if pos < len(msgs) and not self.pq.dropped:
+            current = self.current
+            if current is not None and not self.current_ok:
+                self.failed.append(current)
+            self.pos = pos + 1
+            msg = self.current = msgs[pos]
+            self.current_ok = True
+            return msg
+        return None
 
     async def next(self) -> MessageExt:
         current = self.current

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import json
 import socket
+import struct
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -20,7 +21,6 @@ import attrs
 from pyrmq.remoting.message import (
     COMPRESSED_FLAG,
     HEADER_STRUCTS,
-    INT,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     decode_properties,
@@ -54,7 +54,7 @@ parse_properties = decode_properties
 
 
 def _keys(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    if value is None:
+    if value is None or value == ():
         return ()
     if isinstance(value, str):
         return tuple(value.split()) if value.strip() else ()
@@ -62,12 +62,14 @@ def _keys(value: str | Iterable[str] | None) -> tuple[str, ...]:
 
 
 def _body(value: bytes | bytearray | memoryview | str) -> bytes:
+    if type(value) is bytes:
+        return value
     if isinstance(value, str):
         return value.encode("utf-8")
     return bytes(value)
 
 
-@attrs.frozen(order=True)
+@attrs.frozen(order=True, cache_hash=True)
 class MessageQueue:
     """One queue of a topic on one broker; sorts like Java's (topic, brokerName, queueId)."""
 
@@ -181,36 +183,121 @@ def _parse_raw(raw: bytes) -> dict[str, str]:
     return props
 
 
-@attrs.define(slots=True, repr=False)
+#: the fields a decoded ``MessageExt`` fills on first use, from the record's unpacked header (``_head``) and its
+#: pull's ``(broker_name, min_offset, max_offset)`` (``_batch``)
+_LAZY_FIELDS = frozenset((
+    "queue_id", "commit_log_offset", "flag", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
+    "store_host", "reconsume_times", "prepared_transaction_offset", "store_size", "body_crc", "broker_name",
+    "min_offset", "max_offset",
+))
+
+
 class MessageExt:
     """A received message: a stored record decoded (spec 5.1), body inflated when it was compressed (5.5).
 
     ``msg_id`` is the UNIQ_KEY when the producer set one (Java's MessageClientExt), else the offset message id;
     ``topic`` is the original topic for a message redelivered from ``%RETRY%<group>`` (spec 7.6). ``properties``
     are parsed from the record on first use (the consumer's hot path rarely needs them all).
+
+    :func:`decode_messages` sets only what the consumer's hot path reads (topic, body, raw properties, queue
+    offset); every other field is filled from the record's unpacked header on first access (``__getattr__`` runs
+    only while a slot is still empty). All fields read and assign as plain attributes.
     """
 
-    topic: str
-    body: bytes
-    raw_properties: bytes
-    queue_id: int
-    queue_offset: int
-    commit_log_offset: int
-    flag: int = 0
-    sys_flag: int = 0
-    born_timestamp: int = 0
-    born_host: tuple[str, int] = ("", 0)
-    store_timestamp: int = 0
-    store_host: tuple[str, int] = ("", 0)
-    reconsume_times: int = 0
-    prepared_transaction_offset: int = 0
-    store_size: int = 0
-    body_crc: int = 0
-    broker_name: str = ""
-    #: the queue's bounds when it was pulled (Java adds them as MIN_OFFSET / MAX_OFFSET properties)
-    min_offset: int = -1
-    max_offset: int = -1
-    _properties: dict[str, str] | None = attrs.field(default=None, alias="properties")
+    __slots__ = (
+        "topic", "body", "raw_properties", "queue_id", "queue_offset", "commit_log_offset", "flag", "sys_flag",
+        "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times",
+        "prepared_transaction_offset", "store_size", "body_crc", "broker_name", "min_offset", "max_offset",
+        "_properties", "_head", "_batch",
+    )
+    __hash__ = None  # type: ignore[assignment]  # mutable, compared by value (as the attrs class was)
+
+    def __init__(
+        self,
+        topic: str,
+        body: bytes,
+        raw_properties: bytes,
+        queue_id: int,
+        queue_offset: int,
+        commit_log_offset: int,
+        flag: int = 0,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: tuple[str, int] = ("", 0),
+        store_timestamp: int = 0,
+        store_host: tuple[str, int] = ("", 0),
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        store_size: int = 0,
+        body_crc: int = 0,
+        broker_name: str = "",
+        #: the queue's bounds when it was pulled (Java adds them as MIN_OFFSET / MAX_OFFSET properties)
+        min_offset: int = -1,
+        max_offset: int = -1,
+        properties: dict[str, str] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.raw_properties = raw_properties
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.flag = flag
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.store_size = store_size
+        self.body_crc = body_crc
+        self.broker_name = broker_name
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        self._properties = properties
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for an empty slot: a decoded message's lazy fields, filled all at once from its header
+        if name not in _LAZY_FIELDS:
+            raise AttributeError(f"'MessageExt' object has no attribute {name!r}")
+        (size, _magic, crc, queue_id, flag, _qoff, phys, sys_flag, born_ts, born_ip, born_port, store_ts, store_ip,
+         store_port, reconsume, prepared, _body_len) = self._head
+        self._fill(size, crc, queue_id, flag, phys, sys_flag, born_ts, born_ip, born_port, store_ts, store_ip,
+                   store_port, reconsume, prepared)
+        return object.__getattribute__(self, name)
+
+    def _fill(self, size: int, crc: int, queue_id: int, flag: int, phys: int, sys_flag: int, born_ts: int,
+              born_ip: bytes, born_port: int, store_ts: int, store_ip: bytes, store_port: int, reconsume: int,
+              prepared: int) -> None:
+        def unset(field: str) -> bool:
+            try:
+                object.__getattribute__(self, field)
+            except AttributeError:
+                return True
+            return False
+
+        values = {
+            "queue_id": queue_id, "commit_log_offset": phys, "flag": flag, "sys_flag": sys_flag,
+            "born_timestamp": born_ts, "born_host": (_ip(born_ip), born_port), "store_timestamp": store_ts,
+            "store_host": (_ip(store_ip), store_port), "reconsume_times": reconsume,
+            "prepared_transaction_offset": prepared, "store_size": size, "body_crc": crc,
+        }
+        values["broker_name"], values["min_offset"], values["max_offset"] = self._batch
+        for field, value in values.items():
+            if unset(field):  # a field assigned before the first lazy read keeps its assigned value
+                object.__setattr__(self, field, value)
+
+    def _fields(self) -> tuple:
+        return (self.topic, self.body, self.raw_properties, self.queue_id, self.queue_offset, self.commit_log_offset,
+                self.flag, self.sys_flag, self.born_timestamp, self.born_host, self.store_timestamp, self.store_host,
+                self.reconsume_times, self.prepared_transaction_offset, self.store_size, self.body_crc,
+                self.broker_name, self.min_offset, self.max_offset, self._properties)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
 
     @property
     def properties(self) -> dict[str, str]:
@@ -304,8 +391,11 @@ def decode_messages(
 ) -> list[MessageExt]:
     """Decode back-to-back stored records (a PULL / QUERY / VIEW body, spec 5.1-5.2) into ``MessageExt``.
 
-    The consumer's hot path: one ``struct`` unpack per record, slices of the received ``bytes``, properties left
-    raw until used, no validation beyond what a slice needs (a corrupt record raises ``ValueError``).
+    The consumer's hot path: one ``struct`` unpack per record (IPv4 hosts; an IPv6 record is unpacked again with
+    its own layout), slices of the received ``bytes`` for body, topic and properties, and a ``MessageExt`` with
+    only the fields the consumer reads set; the rest (hosts, timestamps ...) are filled from the unpacked header on
+    first access and the properties parsed on first use. No validation beyond what a slice needs (a corrupt
+    record raises ``ValueError``).
     """
     if type(buf) is not bytes:
         buf = bytes(buf)
@@ -313,40 +403,53 @@ def decode_messages(
     append = out.append
     n = len(buf)
     pos = 0
-    int_unpack = INT.unpack_from
-    structs = HEADER_STRUCTS
-    ips = _IP_CACHE
+    unpack_v4 = HEADER_STRUCTS[0].unpack_from
+    head_v4 = HEADER_STRUCTS[0].size
     topics = _TOPIC_CACHE
+    new = object.__new__
     ext = MessageExt
+    batch = (broker_name, min_offset, max_offset)
+    last_raw_topic = b""
+    last_topic = ""
     try:
         while pos < n:
-            sys_flag = int_unpack(buf, pos + 36)[0]
-            st = structs[(sys_flag >> 4) & 3]
-            (size, _magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_ip, born_port,
-             store_ts, store_ip, store_port, reconsume, prepared, body_len) = st.unpack_from(buf, pos)
+            head = unpack_v4(buf, pos)
+            size = head[0]
+            sys_flag = head[7]
+            p = pos + head_v4
+            if sys_flag & 0x30:  # an IPv6 born or store host: another layout
+                st = HEADER_STRUCTS[(sys_flag >> 4) & 3]
+                head = st.unpack_from(buf, pos)
+                p = pos + st.size
             if size <= 0:
-                raise ValueError(f"bad record size {size} at {pos}")
-            p = pos + st.size
+                raise ValueError(f"bad record size {size}")
+            body_len = head[16]
             body = buf[p:p + body_len]
             p += body_len
             topic_len = buf[p]
             raw_topic = buf[p + 1:p + 1 + topic_len]
-            topic = topics.get(raw_topic)
-            if topic is None:
-                topic = raw_topic.decode("utf-8", "replace")
-                if len(topics) < 4096:
-                    topics[raw_topic] = topic
+            if raw_topic != last_raw_topic:
+                topic = topics.get(raw_topic)
+                if topic is None:
+                    topic = raw_topic.decode("utf-8", "replace")
+                    if len(topics) < 4096:
+                        topics[raw_topic] = topic
+                last_raw_topic, last_topic = raw_topic, topic
             p += 1 + topic_len
             props_len = (buf[p] << 8) | buf[p + 1]
             if sys_flag & COMPRESSED_FLAG and ((sys_flag & 0x700) >> 8) in (0, 3):
                 body = zlib.decompress(body)
-            append(ext(
-                topic, body, buf[p + 2:p + 2 + props_len], queue_id, queue_offset, phys, flag, sys_flag, born_ts,
-                (ips.get(born_ip) or _ip(born_ip), born_port), store_ts, (ips.get(store_ip) or _ip(store_ip), store_port),
-                reconsume, prepared, size, crc, broker_name, min_offset, max_offset,
-            ))
+            m = new(ext)
+            m.topic = last_topic
+            m.body = body
+            m.raw_properties = buf[p + 2:p + 2 + props_len]
+            m.queue_offset = head[5]
+            m._head = head
+            m._batch = batch
+            m._properties = None
+            append(m)
             pos += size
-    except (IndexError, zlib.error) as exc:
+    except (IndexError, zlib.error, struct.error, ValueError) as exc:
         raise ValueError(f"corrupt message record at byte {pos}: {exc}") from None
     return out
 

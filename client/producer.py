@@ -44,7 +44,7 @@ from pyrmq.client.validation import MAX_MESSAGE_SIZE, MAX_PROPERTIES_SIZE, valid
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingClosed, RemotingError, RemotingTimeout
-from pyrmq.remoting.message import COMPRESSED_FLAG, BatchEntry, encode_batch_body
+from pyrmq.remoting.message import BATCH_ENTRY_HEAD, COMPRESSED_FLAG, SHORT, BatchEntry, encode_batch_body
 from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY
 from pyrmq.remoting.vocabulary import RETRY_GROUP_TOPIC_PREFIX as RETRY_TOPIC_PREFIX
 from pyrmq.remoting.vocabulary import MessageProperty
@@ -184,58 +184,57 @@ class Producer(ClientService):
             sys_flag |= COMPRESSED_FLAG
         return _Prepared(msg.topic, body, sys_flag, text, uniq, msg.flag, reconsume, max_reconsume, False, msg)
 
-    def _batch_entries(self, msgs: Sequence[Message]) -> list[tuple[BatchEntry, str]]:
-        """Validate and encode every message of a batch once: (entry, UNIQ_KEY) each (spec 5.8)."""
+    def _prepare_batches(self, msgs: Sequence[Message]) -> list[_Prepared]:
+        """Validate every message of a batch and encode it once, straight into SEND_BATCH_MESSAGE bodies (spec
+        5.8) of at most ``max_message_size`` bytes each: per message a packed entry head, the body and the
+        properties (just ``UNIQ_KEY`` for a plain message), no object in between."""
         if not msgs:
             raise InvalidMessageError("the batch is empty")
         first = msgs[0]
-        out = []
+        topic = first.topic
+        if topic.startswith(RETRY_TOPIC_PREFIX):
+            raise InvalidMessageError("a batch cannot go to a %RETRY% topic")
+        wait_ok = first.wait_store_msg_ok
+        limit = max_size = self.max_message_size
+        outer = None if wait_ok else encode_properties({MessageProperty.WAIT_STORE_MSG_OK: "false"})
         ids = self._ids.next_many(len(msgs))
-        for msg, uniq in zip(msgs, ids):
-            validate_message(msg, self.max_message_size)
-            if msg.topic != first.topic:
-                raise InvalidMessageError(f"a batch must have one topic: {first.topic!r} and {msg.topic!r}")
-            if msg.topic.startswith(RETRY_TOPIC_PREFIX):
-                raise InvalidMessageError("a batch cannot go to a %RETRY% topic")
+        pack_head = BATCH_ENTRY_HEAD.pack
+        pack_short = SHORT.pack
+        uniq_key = MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+        # (start, end, body parts) of each request; sent only once every message passed the checks
+        spans: list[tuple[int, int, list]] = []
+        parts: list = []
+        start = size = 0
+        for i, msg in enumerate(msgs):
+            validate_message(msg, max_size)
+            if msg.topic != topic:
+                raise InvalidMessageError(f"a batch must have one topic: {topic!r} and {msg.topic!r}")
             if msg.delay_time_level > 0:
                 raise InvalidMessageError("a batch cannot carry delayed messages (delay_time_level)")
-            if msg.wait_store_msg_ok != first.wait_store_msg_ok:
+            if msg.wait_store_msg_ok != wait_ok:
                 raise InvalidMessageError("every message of a batch needs the same wait_store_msg_ok")
             if msg.properties or msg.keys or msg.tags or not msg.wait_store_msg_ok:
                 props = msg.system_properties()
                 props.update(msg.properties)
-                props[MessageProperty.UNIQ_CLIENT_MESSAGE_ID_KEYIDX] = uniq
-                text = encode_properties(props)
+                props[uniq_key] = ids[i]
+                raw = encode_properties(props).encode("utf-8")
             else:
-                text = f"UNIQ_KEY\u0001{uniq}"
-            out.append((BatchEntry(msg.flag, msg.body, text.encode("utf-8")), uniq))
-        return out
-
-    def _prepare_batches(self, msgs: Sequence[Message]) -> list[_Prepared]:
-        """One SEND_BATCH_MESSAGE body per chunk of at most ``max_message_size`` bytes."""
-        entries = self._batch_entries(msgs)
-        limit = self.max_message_size
-        first = msgs[0]
-        outer = None if first.wait_store_msg_ok else encode_properties({MessageProperty.WAIT_STORE_MSG_OK: "false"})
-        chunks: list[_Prepared] = []
-        start = size = 0
-
-        def close(end: int) -> None:
-            part = entries[start:end]
-            body = encode_batch_body([e for e, _ in part])
-            chunks.append(_Prepared(first.topic, body, 0, outer, ",".join(u for _, u in part), 0, None, None, True,
-                                    list(msgs[start:end])))
-
-        for i, (entry, _uniq) in enumerate(entries):
-            entry_size = 22 + len(entry.body) + len(entry.properties_bytes)
+                raw = f"UNIQ_KEY\u0001{ids[i]}".encode()
+            body = msg.body
+            entry_size = 22 + len(body) + len(raw)
             if entry_size > limit:
                 raise InvalidMessageError(f"one message of the batch takes {entry_size} bytes, over {limit}")
             if i > start and size + entry_size > limit:
-                close(i)
+                spans.append((start, i, parts))
+                parts = []
                 start, size = i, 0
+            parts += (pack_head(entry_size, 0, 0, msg.flag, len(body)), body, pack_short(len(raw)) + raw)
             size += entry_size
-        close(len(entries))
-        return chunks
+        spans.append((start, len(msgs), parts))
+        return [
+            _Prepared(topic, b"".join(body_parts), 0, outer, ",".join(ids[a:b]), 0, None, None, True, list(msgs[a:b]))
+            for a, b, body_parts in spans
+        ]
 
     def _prepare_batch(self, msgs: Sequence[Message]) -> _Prepared:
         """Exactly one batch request for ``msgs`` (InvalidMessageError when they exceed one request)."""

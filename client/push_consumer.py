@@ -62,6 +62,10 @@ from pyrmq.remoting.vocabulary import PullSysFlag
 
 __all__ = ["PushConsumer"]
 
+# PullSysFlag bits as ints, computed once (Flag arithmetic costs microseconds per pull)
+_SUSPEND = int(PullSysFlag.SUSPEND)
+_SUSPEND_COMMIT = int(PullSysFlag.SUSPEND | PullSysFlag.COMMIT_OFFSET)
+
 log = logging.getLogger("pyrmq.client.consumer")
 
 PULL_EXCEPTION_DELAY = 3.0
@@ -254,7 +258,8 @@ class PushConsumer(ConsumerCore):
     async def __anext__(self) -> MessageExt:
         chunks = self._chunks
         if chunks is not None:
-            return await chunks.next()
+            msg = chunks.take()  # the current batch's next message, no second coroutine per message
+            return msg if msg is not None else await chunks.next()
         if self._iter_recv is None:
             raise ClientStateError("iterate a started consumer that has no listener")
         current, self._iter_current = self._iter_current, None
@@ -317,13 +322,13 @@ class PushConsumer(ConsumerCore):
                 if sub is None:
                     return
                 commit = store.read_memory(mq) if self.clustering else -1
-                sys_flag = int(PullSysFlag.SUSPEND | (PullSysFlag.COMMIT_OFFSET if commit > 0 else 0))
+                sys_flag = _SUSPEND_COMMIT if commit > 0 else _SUSPEND
                 pq.last_pull_time = time.monotonic()
                 try:
                     addr = instance.pull_addr(mq) or await instance.broker_addr_for(mq, master_only=False)
                     if addr != instance.broker_addr(mq.broker_name):
                         # a slave stores no commit offsets from pulls (Java clears the flag for slaves)
-                        sys_flag &= ~int(PullSysFlag.COMMIT_OFFSET)
+                        sys_flag = _SUSPEND
                     result = await api.pull(
                         instance, addr, mq, self.group, pq.next_offset, max_nums=self.pull_batch_size, sys_flag=sys_flag,
                         commit_offset=max(commit, 0), suspend_ms=self.pull_suspend_ms, sub_version=sub.version,

@@ -249,10 +249,16 @@ class RemotingCommand:
             body = body.encode()
             out.append(FRAME_PREFIX.pack(4 + hl + len(body), (self.serialize_type << 24) | hl) + header + body)
             return 8 + hl + len(body)
-        pieces = list(body)
-        bl = body_length(pieces)
+        # a list body (a pull answer: one view per message): sized and queued in one pass
+        pieces = []
+        bl = 0
+        for p in body:
+            n = p.nbytes if type(p) is memoryview else len(p) if type(p) is bytes else body_length([p])
+            if n:
+                bl += n
+                pieces.append(p)
         out.append(FRAME_PREFIX.pack(4 + hl + bl, (self.serialize_type << 24) | hl) + header)
-        out.extend(p for p in pieces if len(p))
+        out.extend(pieces)
         return 8 + hl + bl
 
     def encode(self) -> bytes:

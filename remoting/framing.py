@@ -40,10 +40,10 @@ class FrameDecoder:
     def feed(self, data: bytes | bytearray | memoryview) -> list[RemotingCommand]:
         rest = self._rest
         if rest:
-            rest += data
-            if len(rest) < self._need:
+            if len(rest) + len(data) < self._need:
+                rest += data
                 return []
-            data = bytes(rest)
+            data = b"".join((rest, data))  # one copy of each part (not append, then copy the whole again)
             rest.clear()
         elif type(data) is not bytes:
             data = bytes(data)
