@@ -91,8 +91,12 @@ class ConsumeQueue:
         self.max_physic_offset = -1
         self.min_logic_offset = 0
 
-    def flush(self) -> None:
+    def flush(self, resident_tail: int | None = None) -> None:
+        """Blocking: make the units durable; with ``resident_tail``, then drop the flushed pages but the last
+        ``resident_tail`` bytes from the resident set (:meth:`MappedFileQueue.release_flushed`)."""
         self.queue.flush()
+        if resident_tail is not None:
+            self.queue.release_flushed(resident_tail)
 
     # -- offsets -----------------------------------------------------------------------------------------------
     @property
@@ -324,9 +328,9 @@ class ConsumeQueueStore:
     def max_physic_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self.table.values()), default=-1)
 
-    def flush(self) -> None:
+    def flush(self, resident_tail: int | None = None) -> None:
         for cq in list(self.table.values()):
-            cq.flush()
+            cq.flush(resident_tail)
 
     def close(self) -> None:
         for cq in self.table.values():
