@@ -59,6 +59,9 @@ class KeyHasher:
         self._prefixes: dict[str, dict[str, int]] = {}
         self._size = 0
         self._max = max_cached
+        #: prefixes remembered at most: a UNIQ_KEY's changes every millisecond, and only the current one is reused
+        #: (a bigger cache would only hold megabytes of stale ones)
+        self._max_prefixes = min(max_cached, 4096)
         #: unsigned hash of each 4-character ASCII tail seen (cleared at ``2 * max_cached``)
         self.chunks: dict[str, int] = {}
 
@@ -77,7 +80,7 @@ class KeyHasher:
             head = key[:-_TAIL]
             h = by_topic.get(head)
             if h is None:
-                if self._size >= self._max:
+                if self._size >= self._max_prefixes:
                     for cached in self._prefixes.values():
                         cached.clear()
                     self._size = 0
