@@ -16,7 +16,7 @@ PEERS_ARGS ?=
 PKG_DIRS  := kernel store remoting plugins client spark_plugin configs
 PKG_FILES := $(VENV)/.pyrmq-files
 
-.PHONY: run test install check-python check-tools bench peers chaos failover clean FORCE
+.PHONY: run test install check-python check-tools bench peers broker-memory chaos failover clean FORCE
 
 check-python:
 	@PYTHON='$(PYTHON)' .ci/check-tools --python
@@ -53,6 +53,11 @@ peers: check-tools $(STAMP)
 	@command -v mvn >/dev/null 2>&1 || { echo "bench/peers.py needs Maven: apt-get install maven"; exit 1; }
 	@$(BIN)/python -c 'import redis, hiredis' 2>/dev/null || $(BIN)/python -m pip install --quiet redis hiredis
 	$(BIN)/python bench/peers.py $(PEERS_ARGS)
+
+# The broker's memory as its store grows to 10,000,000 messages (bench/broker_memory.py; minutes and ~2.3 GB of
+# disk under $$TMPDIR, deleted afterwards; not part of `make test`). BROKER_MEMORY_ARGS='--count 2000000' for less.
+broker-memory: $(STAMP)
+	$(BIN)/python bench/broker_memory.py $(BROKER_MEMORY_ARGS)
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .hypothesis $(STAMP)  # build/ holds the editable install's links

@@ -155,22 +155,30 @@ def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
     return result
 
 
-_POWERS_31 = [pow(31, k, 1 << 32) for k in range(256)]
-_POWERS_31_REV = _POWERS_31[::-1]
+_POWERS_31 = [pow(31, k, 1 << 32) for k in range(257)]
+#: ``_TERMS[k][c] = c * 31**k mod 2**32``: the hash of up to 64 one-byte code units is one ``sum`` of table
+#: look-ups over the units reversed, in C (no multiply, no new int object per character)
+_TERMS = [[c * p & 0xFFFFFFFF for c in range(256)] for p in _POWERS_31[:64]]
+_TERM = list.__getitem__
 
 
 def _unsigned_hash(s: str) -> int:
     """``String.hashCode`` as an unsigned 32-bit value: sum(c_i * 31^(n-1-i)) over UTF-16 code units."""
     try:
-        units: bytes | memoryview = s.encode("latin-1")  # one code unit per char, in C
+        units = s.encode("latin-1")  # one code unit per char, in C
     except UnicodeEncodeError:
-        units = memoryview(s.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")
-    n = len(units)
-    if n <= 256:
-        return sum(map(mul, units, _POWERS_31_REV[256 - n :])) & 0xFFFFFFFF
+        wide = memoryview(s.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")
+        h = 0
+        for start in range(0, len(wide), 256):  # h * 31^len(part) + hash(part), part by part
+            part = wide[start : start + 256]
+            h = (h * _POWERS_31[len(part)] + sum(map(mul, part[::-1], _POWERS_31))) & 0xFFFFFFFF
+        return h
+    if len(units) <= 64:
+        return sum(map(_TERM, _TERMS, units[::-1])) & 0xFFFFFFFF
     h = 0
-    for c in units:
-        h = (31 * h + c) & 0xFFFFFFFF
+    for start in range(0, len(units), 64):
+        part = units[start : start + 64]
+        h = (h * _POWERS_31[len(part)] + sum(map(_TERM, _TERMS, part[::-1]))) & 0xFFFFFFFF
     return h
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator
+import struct
+from collections.abc import Callable, Iterator, Sequence
 
 from .config import CQ_STORE_UNIT_SIZE, StoreConfig
 from .dispatch import DispatchRequest
@@ -30,6 +31,9 @@ UNIT = CQ_STORE_UNIT_SIZE
 _pack_into = CQ_UNIT.pack_into
 _unpack_from = CQ_UNIT.unpack_from
 BLANK_SIZE = 0x7FFFFFFF
+#: the struct of ``n`` consecutive units, by ``n`` (a batch writes its units with one pack)
+_RUNS: dict[int, struct.Struct] = {}
+MAX_RUN = 1024
 
 
 class ConsumeQueue:
@@ -91,8 +95,12 @@ class ConsumeQueue:
         self.max_physic_offset = -1
         self.min_logic_offset = 0
 
-    def flush(self) -> None:
+    def flush(self, resident_tail: int | None = None) -> None:
+        """Blocking: make the units durable; with ``resident_tail``, then drop the flushed pages but the last
+        ``resident_tail`` bytes from the resident set (:meth:`MappedFileQueue.release_flushed`)."""
         self.queue.flush()
+        if resident_tail is not None:
+            self.queue.release_flushed(resident_tail)
 
     # -- offsets -----------------------------------------------------------------------------------------------
     @property
@@ -120,6 +128,35 @@ class ConsumeQueue:
         _pack_into(mf.mm, mf.wrote_position, offset, size, tags_code)
         mf.wrote_position += UNIT
         self.max_physic_offset = offset + size
+
+    def put_units(self, requests: Sequence[DispatchRequest]) -> None:
+        """The units of one batch append (consecutive queue offsets, ascending commit-log offsets): one pack when
+        they follow the queue's end in its current file, :meth:`put_unit` each otherwise."""
+        n = len(requests)
+        first = requests[0]
+        mf = self._current
+        if (
+            n <= MAX_RUN
+            and first.commit_log_offset + first.msg_size > self.max_physic_offset
+            and mf is not None
+            and mf.file_from_offset + mf.wrote_position == first.queue_offset * UNIT
+            and mf.wrote_position + n * UNIT <= self.file_size
+        ):
+            run = _RUNS.get(n)
+            if run is None:
+                run = _RUNS[n] = struct.Struct(">" + "qiq" * n)
+            fields: list[int] = []
+            extend = fields.extend
+            for r in requests:
+                extend((r.commit_log_offset, r.msg_size, r.tags_code))
+            run.pack_into(mf.mm, mf.wrote_position, *fields)
+            mf.wrote_position += n * UNIT
+            last = requests[-1]
+            self.max_physic_offset = last.commit_log_offset + last.msg_size
+            return
+        put = self.put_unit
+        for r in requests:
+            put(r.commit_log_offset, r.msg_size, r.tags_code, r.queue_offset)
 
     def _position_for(self, expected: int) -> MappedFile | None:
         """Slow path: first file, roll-over, duplicate or gap."""
@@ -324,9 +361,9 @@ class ConsumeQueueStore:
     def max_physic_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self.table.values()), default=-1)
 
-    def flush(self) -> None:
+    def flush(self, resident_tail: int | None = None) -> None:
         for cq in list(self.table.values()):
-            cq.flush()
+            cq.flush(resident_tail)
 
     def close(self) -> None:
         for cq in self.table.values():
@@ -366,14 +403,12 @@ class ConsumeQueueDispatcher:
         cq.put_unit(request.commit_log_offset, request.msg_size, request.tags_code, request.queue_offset)
 
     def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
-        """The records of one batch append: one queue, so one lookup, then a unit each."""
+        """The records of one batch append: one queue, so one lookup, then its units (:meth:`ConsumeQueue.put_units`)."""
         first = requests[0]
         if first.sys_flag & TRANSACTION_TYPE_MASK in NO_QUEUE_UNIT:
             return
         cq = self._table.get((first.topic, first.queue_id)) or self.queues.find_or_create(first.topic, first.queue_id)
-        put = cq.put_unit
-        for r in requests:
-            put(r.commit_log_offset, r.msg_size, r.tags_code, r.queue_offset)
+        cq.put_units(requests)
 
     def has_dispatched(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, sys_flag: int) -> bool:
         if sys_flag & TRANSACTION_TYPE_MASK in NO_QUEUE_UNIT:

@@ -11,7 +11,7 @@ import logging
 import mmap
 import os
 import time
-from operator import mul
+from collections.abc import Sequence
 
 from .config import StoreConfig
 from .dispatch import DispatchRequest
@@ -25,20 +25,16 @@ from .format import (
     index_key_hash,
     unsigned_hash,
 )
-from .mapped_file import allocate_file
+from .mapped_file import MADV_DONTNEED, _address, _madvise, allocate_file
 
 log = logging.getLogger(__name__)
 
 HEADER_SIZE = INDEX_HEADER.size
 ENTRY_SIZE = INDEX_ENTRY.size
 INVALID_INDEX = 0
-_POW31 = [pow(31, k, 1 << 32) for k in range(64)]
-_SUFFIX = 12
-_CHUNK = 4
-_P4 = pow(31, 4, 1 << 32)
-_P8 = pow(31, 8, 1 << 32)
-_P12 = pow(31, _SUFFIX, 1 << 32)
-_CHUNK_POWERS = tuple(pow(31, _CHUNK - 1 - k, 1 << 32) for k in range(_CHUNK))
+_MASK = 0xFFFFFFFF
+_TAIL = 4
+_P_TAIL = pow(31, _TAIL, 1 << 32)
 
 
 def time_millis_to_file_name(ms: int) -> str:
@@ -48,84 +44,83 @@ def time_millis_to_file_name(ms: int) -> str:
 
 
 class KeyHasher:
-    """``abs(("topic#" + key).hashCode())`` with the hash of the key's prefix cached: UNIQ_KEYs of one producer share
-    their first 20 hex digits, so only the last 12 characters are hashed per message, as three 4-character chunks
-    whose hashes are remembered too (a hex chunk has 65,536 values; a dict lookup is cheaper than 4 multiplies)."""
+    """``abs(("topic#" + key).hashCode())`` (Java ``IndexFile.indexKeyHashMethod``; ``Integer.MIN_VALUE`` gives 0) in
+    one multiply-add per key in the usual case: keys of one producer differ in their last characters only (a
+    UNIQ_KEY's last 4 hex digits are a counter, the 28 before them the producer, its process and the millisecond;
+    business keys are usually a fixed prefix and a number), so the hash of ``topic#`` and all but the last 4
+    characters is remembered per topic, and the hash of the last 4 characters is remembered too (65,536 hex chunks,
+    10,000 decimal ones). Other keys (4 characters or less, non-ASCII) are hashed whole (``String.hashCode`` over
+    UTF-16 code units). Both caches are bounded and cleared when full.
+
+    The unsigned 32-bit value is :meth:`unsigned`; :meth:`positive` maps it as Java does. The index's batch loop
+    (:meth:`IndexDispatcher.dispatch_batch`) inlines the cached case over :meth:`prefixes` and :attr:`chunks`."""
 
     def __init__(self, max_cached: int = 65536) -> None:
-        self._cache: dict[str, dict[str, int]] = {}
+        self._prefixes: dict[str, dict[str, int]] = {}
         self._size = 0
         self._max = max_cached
-        self._chunks: dict[str, int] = {}
+        #: prefixes remembered at most: a UNIQ_KEY's changes every millisecond, and only the current one is reused
+        #: (a bigger cache would only hold megabytes of stale ones)
+        self._max_prefixes = min(max_cached, 4096)
+        #: unsigned hash of each 4-character ASCII tail seen (cleared at ``2 * max_cached``)
+        self.chunks: dict[str, int] = {}
+
+    def prefixes(self, topic: str) -> dict[str, int]:
+        """The remembered ``hash(topic + "#" + key[:-4])`` of ``topic`` by ``key[:-4]`` (a live dict: cleared in
+        place when the cache is full)."""
+        by_topic = self._prefixes.get(topic)
+        if by_topic is None:
+            by_topic = self._prefixes[topic] = {}
+        return by_topic
+
+    def unsigned(self, topic: str, key: str) -> int:
+        """``("topic#" + key).hashCode()`` as an unsigned 32-bit value, remembering what the next keys reuse."""
+        if len(key) > _TAIL and key.isascii():
+            by_topic = self._prefixes.get(topic) or self.prefixes(topic)
+            head = key[:-_TAIL]
+            h = by_topic.get(head)
+            if h is None:
+                if self._size >= self._max_prefixes:
+                    for cached in self._prefixes.values():
+                        cached.clear()
+                    self._size = 0
+                self._size += 1
+                h = by_topic[head] = unsigned_hash(f"{topic}#{head}")
+            tail = key[-_TAIL:]
+            c = self.chunks.get(tail)
+            if c is None:
+                if len(self.chunks) >= 2 * self._max:
+                    self.chunks.clear()
+                c = self.chunks[tail] = unsigned_hash(tail)
+            return (h * _P_TAIL + c) & _MASK
+        return unsigned_hash(f"{topic}#{key}")
+
+    @staticmethod
+    def positive(h: int) -> int:
+        """Java's ``abs`` of the signed value, 0 for ``Integer.MIN_VALUE``."""
+        if h & 0x80000000:
+            return 0 if h == 0x80000000 else 0x100000000 - h
+        return h
 
     def __call__(self, topic: str, key: str) -> int:
-        if len(key) > _SUFFIX and key.isascii():
-            by_topic = self._cache.get(topic)
-            prefix = key[:-_SUFFIX]
-            h = by_topic.get(prefix) if by_topic is not None else None
-            if h is None:
-                h = self._remember(topic, prefix)
-            chunks = self._chunks
-            a = chunks.get(key[-12:-8])
-            b = chunks.get(key[-8:-4])
-            c = chunks.get(key[-4:])
-            if a is None or b is None or c is None:
-                a, b, c = self._chunk(key[-12:-8]), self._chunk(key[-8:-4]), self._chunk(key[-4:])
-            h = (h * _P12 + a * _P8 + b * _P4 + c) & 0xFFFFFFFF
-        else:
-            h = self._cache.get(topic, {}).get("")
-            if h is None:
-                h = self._remember(topic, "")
-            n = len(key) if key.isascii() else len(key.encode("utf-16-le")) // 2
-            h = (h * pow(31, n, 1 << 32) + unsigned_hash(key)) & 0xFFFFFFFF
-        if h & 0x80000000:  # abs() of the signed value; Integer.MIN_VALUE hashes to 0
-            h = (1 << 32) - h
-            return 0 if h == 0x80000000 else h
-        return h
+        return self.positive(self.unsigned(topic, key))
 
-    def hash_keys(self, items: list[tuple[str, str, int, int]]) -> list[int]:
-        """The hashes of ``(topic, key, ...)`` items, in order: :meth:`__call__` with the loop inside (the index
-        hashes its pending keys in bulk; the common case, a cached prefix and chunks, stays in this frame)."""
-        cache = self._cache
-        chunks = self._chunks
+    def hash_keys(self, topic: str, keys: list[str]) -> list[int]:
+        """The index hashes of ``keys`` of ``topic``, in order (the cached case inlined)."""
+        by_topic = self.prefixes(topic)
+        chunks = self.chunks
         out: list[int] = []
         append = out.append
-        for item in items:
-            topic = item[0]
-            key = item[1]
-            if len(key) > _SUFFIX and key.isascii():
-                by_topic = cache.get(topic)
-                h = by_topic.get(key[:-_SUFFIX]) if by_topic is not None else None
-                a = chunks.get(key[-12:-8])
-                b = chunks.get(key[-8:-4])
-                c = chunks.get(key[-4:])
-                if h is not None and a is not None and b is not None and c is not None:
-                    h = (h * _P12 + a * _P8 + b * _P4 + c) & 0xFFFFFFFF
-                    if h & 0x80000000:
-                        h = (1 << 32) - h
-                        if h == 0x80000000:
-                            h = 0
-                    append(h)
-                    continue
-            append(self(topic, key))
+        for key in keys:
+            if len(key) > _TAIL and key.isascii():
+                h = by_topic.get(key[:-_TAIL])
+                c = chunks.get(key[-_TAIL:])
+                h = self.unsigned(topic, key) if h is None or c is None else (h * _P_TAIL + c) & _MASK
+            else:
+                h = unsigned_hash(f"{topic}#{key}")
+            append((0 if h == 0x80000000 else 0x100000000 - h) if h & 0x80000000 else h)
         return out
 
-    def _chunk(self, chunk: str) -> int:
-        """The Java hash of a 4-character ASCII chunk, remembered."""
-        h = self._chunks.get(chunk)
-        if h is None:
-            if len(self._chunks) >= 2 * self._max:
-                self._chunks.clear()
-            h = self._chunks[chunk] = sum(map(mul, chunk.encode(), _CHUNK_POWERS))
-        return h
-
-    def _remember(self, topic: str, prefix: str) -> int:
-        if self._size >= self._max:
-            self._cache.clear()
-            self._size = 0
-        self._size += 1
-        h = self._cache.setdefault(topic, {})[prefix] = unsigned_hash(topic + "#" + prefix)
-        return h
 
 class IndexFile:
     def __init__(self, path: str, hash_slot_num: int, index_num: int, *, create: bool, preallocate: bool = False) -> None:
@@ -153,6 +148,9 @@ class IndexFile:
         if self.index_count <= 0:
             self.index_count = 1  # entry 0 is never used
         self._entries_at = HEADER_SIZE + hash_slot_num * 4
+        self._address = _address(self.mm) if _madvise is not None else 0
+        #: entry pages below this file position were dropped from the resident set (:meth:`flush`)
+        self._released_to = self._entries_at - self._entries_at % 4096
         self._dirty = False
         self.closed = False
 
@@ -240,17 +238,35 @@ class IndexFile:
             self.hash_slot_count, self.index_count,
         )
 
-    def flush(self) -> None:
-        """Blocking: write the header and make the file durable."""
+    def flush(self, resident_tail: int | None = None) -> None:
+        """Blocking: write the header and make the file durable. With ``resident_tail``, the entry pages more than
+        that many bytes behind the newest durable entry then leave the process's resident set (they stay in the
+        page cache; a query faults them back in): the entries are written in order and read by queries only, so
+        the resident part of an index file is its slot table and its tail, however many entries it holds."""
         if self.closed or not self._dirty:
             return
         self._dirty = False
+        count = self.index_count
         self.write_header()
         try:
             os.fdatasync(self.fd)
         except OSError:
             if not self.closed:
                 raise
+            return
+        if resident_tail is not None and _madvise is not None:
+            end = self._entries_at + count * ENTRY_SIZE - resident_tail
+            end -= end % 4096
+            if end > self._released_to:
+                try:
+                    hold = memoryview(self.mm)  # holds the mapping while the advice runs (a concurrent close)
+                except ValueError:
+                    return
+                try:
+                    _madvise(self._address + self._released_to, end - self._released_to, MADV_DONTNEED)
+                finally:
+                    hold.release()
+                self._released_to = end
 
     def close(self) -> None:
         if self.closed:
@@ -332,31 +348,27 @@ class IndexService:
         return f
 
     def put(self, topic: str, key: str, phy_offset: int, store_timestamp: int) -> None:
-        h = self.hasher(topic, key)
-        f = self._writable_file(store_timestamp)
-        if not f.put_key(h, phy_offset, store_timestamp):
-            f = self._writable_file(store_timestamp)
-            f.put_key(h, phy_offset, store_timestamp)
+        self.put_many([(self.hasher(topic, key), phy_offset, store_timestamp)])
 
-    def put_many(self, items: list[tuple[str, str, int, int]]) -> None:
-        """Index ``(topic, key, phy_offset, store_timestamp)`` tuples: :meth:`IndexFile.put_key` inlined."""
-        hasher = self.hasher
+    def put_many(self, items: list[tuple[int, int, int]]) -> None:
+        """Index ``(key hash, phy_offset, store_timestamp)`` entries (hashes from :class:`KeyHasher`), in order:
+        :meth:`IndexFile.put_key` inlined."""
         i = 0
         n = len(items)
+        slot_unpack = INDEX_SLOT.unpack_from
+        slot_pack = INDEX_SLOT.pack_into
+        entry_pack = INDEX_ENTRY.pack_into
         while i < n:
-            f = self._writable_file(items[i][3])
+            f = self._writable_file(items[i][2])
             mm = f.mm
             slots = f.hash_slot_num
             entries_at = f._entries_at
             count = f.index_count
-            room = f.index_num - count
-            chunk = items[i : i + room]
+            chunk = items[i : i + f.index_num - count]
             begin = f.begin_timestamp
             slot_count = f.hash_slot_count
-            slot_unpack = INDEX_SLOT.unpack_from
-            slot_pack = INDEX_SLOT.pack_into
-            entry_pack = INDEX_ENTRY.pack_into
-            for (_topic, _key, phy, ts), h in zip(chunk, hasher.hash_keys(chunk)):
+            last_ts = diff = -1
+            for h, phy, ts in chunk:
                 slot_pos = HEADER_SIZE + (h % slots) * 4
                 slot_value = slot_unpack(mm, slot_pos)[0]
                 if slot_value >= count:
@@ -368,7 +380,9 @@ class IndexService:
                     diff = 0
                     begin = f.begin_timestamp = ts
                     f.begin_phy_offset = phy
-                else:
+                    last_ts = -1
+                elif ts != last_ts:  # a batch shares one store timestamp
+                    last_ts = ts
                     diff = (ts - begin) // 1000
                     diff = 0 if diff < 0 else (diff if diff < 0x7FFFFFFF else 0x7FFFFFFF)
                 entry_pack(mm, entries_at + count * ENTRY_SIZE, h, phy, diff, slot_value)
@@ -377,8 +391,8 @@ class IndexService:
             f.index_count = count
             f.hash_slot_count = slot_count
             last = chunk[-1]
-            f.end_phy_offset = last[2]
-            f.end_timestamp = last[3]
+            f.end_phy_offset = last[1]
+            f.end_timestamp = last[2]
             f._dirty = True
             i += len(chunk)
 
@@ -403,9 +417,9 @@ class IndexService:
             count += 1
         return count
 
-    def flush(self) -> None:
+    def flush(self, resident_tail: int | None = None) -> None:
         for f in list(self.files[-2:]):
-            f.flush()
+            f.flush(resident_tail)
 
     def close(self) -> None:
         for f in self.files:
@@ -415,8 +429,9 @@ class IndexService:
 class IndexDispatcher:
     """Builds the index: a :class:`~pyrmq.store.dispatch.Dispatcher` with order 10.
 
-    Keys are queued and written in bulk (every 256 records, and before any query, flush or close), which keeps
-    the per-message cost of the append path low; :meth:`drain` makes the index current.
+    Keys are hashed as records come and queued as ``(hash, offset, store time)`` entries, written in bulk (every
+    256 entries, and before any query, flush or close), which keeps the per-message cost of the append path low;
+    :meth:`drain` makes the index current.
     """
 
     name = "index"
@@ -425,33 +440,25 @@ class IndexDispatcher:
 
     def __init__(self, service: IndexService) -> None:
         self.service = service
-        self._pending: list[tuple] = []
+        self.hasher = service.hasher
+        self._pending: list[tuple[int, int, int]] = []
         #: offset of the newest record queued or indexed
         self._last_offset = -1
 
     def dispatch(self, request: DispatchRequest) -> None:
-        if (request.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
-            return
-        offset = request.commit_log_offset
-        if offset <= self._last_offset:
-            return  # already indexed (recovery replay)
-        self._last_offset = offset
-        pending = self._pending
-        uniq_key = request.uniq_key
-        keys = request.keys
-        if uniq_key:
-            pending.append((request.topic, uniq_key, offset, request.store_timestamp))
-        if keys:
-            for key in keys.split(KEY_SEPARATOR):
-                if key:
-                    pending.append((request.topic, key, offset, request.store_timestamp))
-        if len(pending) >= self.BULK:
-            self.drain()
+        self.dispatch_batch((request,))
 
-    def dispatch_batch(self, requests: list[DispatchRequest]) -> None:
-        """:meth:`dispatch` for the records of one batch append, in one call."""
-        if (requests[0].sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
+    def dispatch_batch(self, requests: Sequence[DispatchRequest]) -> None:
+        """Queue the index entries of the records of one batch append (one topic; one record for
+        :meth:`dispatch`): for each record the UNIQ_KEY, then each non-empty KEYS entry (Java's order), keyed
+        ``topic#key``, the usual key hash (see :class:`KeyHasher`) inlined."""
+        first = requests[0]
+        if (first.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
             return
+        topic = first.topic
+        hasher = self.hasher
+        by_topic = hasher.prefixes(topic)
+        chunks = hasher.chunks
         last = self._last_offset
         pending = self._pending
         append = pending.append
@@ -462,12 +469,25 @@ class IndexDispatcher:
             last = offset
             uniq_key = request.uniq_key
             keys = request.keys
-            if uniq_key:
-                append((request.topic, uniq_key, offset, request.store_timestamp))
             if keys:
-                for key in keys.split(KEY_SEPARATOR):
-                    if key:
-                        append((request.topic, key, offset, request.store_timestamp))
+                todo = keys.split(KEY_SEPARATOR)
+                if uniq_key:
+                    todo.insert(0, uniq_key)  # Java's order: the UNIQ_KEY first
+            elif uniq_key:
+                todo = (uniq_key,)
+            else:
+                continue
+            ts = request.store_timestamp
+            for key in todo:
+                if len(key) > _TAIL and key.isascii():
+                    h = by_topic.get(key[:-_TAIL])
+                    c = chunks.get(key[-_TAIL:])
+                    h = hasher.unsigned(topic, key) if h is None or c is None else (h * _P_TAIL + c) & _MASK
+                elif key:
+                    h = hasher.unsigned(topic, key)
+                else:
+                    continue
+                append(((0 if h == 0x80000000 else 0x100000000 - h) if h & 0x80000000 else h, offset, ts))
         self._last_offset = last
         if len(pending) >= self.BULK:
             self.drain()

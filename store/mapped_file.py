@@ -70,7 +70,7 @@ class MappedFile:
 
     __slots__ = (
         "path", "file_from_offset", "file_size", "fd", "mm", "view",
-        "wrote_position", "flushed_position", "store_timestamp", "_closed", "address", "warmed", "released",
+        "wrote_position", "flushed_position", "store_timestamp", "_closed", "address", "warmed", "released_to",
     )
 
     def __init__(self, path: str, file_size: int, *, create: bool = True, preallocate: bool = False) -> None:
@@ -94,7 +94,8 @@ class MappedFile:
         self.address = _address(self.mm) if _madvise is not None else 0
         #: bytes pre-faulted so far (from the start of the file)
         self.warmed = 0
-        self.released = False
+        #: pages below this position were dropped from the resident set (:meth:`release_behind`)
+        self.released_to = 0
         self.wrote_position = 0
         self.flushed_position = 0
         #: store timestamp of the last record written (commit log) / dispatched (consume queue)
@@ -171,9 +172,29 @@ class MappedFile:
     def release_pages(self) -> None:
         """Drop this (flushed, no longer written) segment's pages from the process's resident set; they stay in
         the page cache and fault back in when read."""
-        self.released = True
-        if _madvise is not None and not self._closed and self.flushed_position >= self.wrote_position:
-            _madvise(self.address, self.file_size, MADV_DONTNEED)
+        self.release_behind(0)
+
+    def release_behind(self, keep: int, page_size: int = 4096) -> None:
+        """Blocking, for a worker thread after a flush: drop the flushed pages more than ``keep`` bytes behind the
+        flushed position from the process's resident set (``MADV_DONTNEED`` on the shared mapping: the pages stay
+        in the page cache, durable, and a reader faults them back in). Only what was not dropped before is
+        advised, so the resident set of a written file stays at the tail being written and read, whatever the
+        file's size. Safe against a concurrent :meth:`close`: a buffer export holds the mapping while the
+        advice runs (``mmap.close`` then defers the unmap to the export's release)."""
+        end = self.flushed_position - keep
+        end -= end % page_size
+        start = self.released_to
+        if _madvise is None or end <= start:
+            return
+        try:
+            hold = memoryview(self.mm)
+        except ValueError:  # closed
+            return
+        try:
+            _madvise(self.address + start, end - start, MADV_DONTNEED)
+        finally:
+            hold.release()
+        self.released_to = end
 
     def zero_from(self, pos: int) -> None:
         """Clear bytes from ``pos`` to the end (used by recovery after moving a torn tail aside)."""

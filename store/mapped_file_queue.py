@@ -139,6 +139,17 @@ class MappedFileQueue:
                 mf.flush()
         return self.flushed_offset
 
+    def release_flushed(self, keep: int) -> None:
+        """Blocking (after :meth:`flush`, in the same worker thread): drop the flushed pages of every segment from
+        the process's resident set, but the last ``keep`` flushed bytes of the newest segment (the tail that
+        readers follow): see :meth:`MappedFile.release_behind`."""
+        files = list(self.files)
+        for mf in files[:-1]:
+            if mf.released_to < mf.flushed_position:
+                mf.release_behind(0)
+        if files:
+            files[-1].release_behind(keep)
+
     # -- truncation / deletion ---------------------------------------------------------------------------------
     def truncate(self, offset: int) -> None:
         """Drop everything at and after ``offset``: later segments are deleted, the one holding it is cleared."""

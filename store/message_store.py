@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 
 #: how far ahead of the commit-log writer the warm-up service pre-faults
 WARM_AHEAD = 64 * 1024 * 1024
+#: flushed bytes kept in the broker's resident set behind the commit-log writer (the tail consumers read); older
+#: pages leave it after each flush (they stay in the page cache): the resident set stays flat as the store grows
+COMMIT_LOG_RESIDENT_TAIL = 16 * 1024 * 1024
+#: the same for each consume queue (12,800 units) and for the entries of the index file being written
+LOGICS_RESIDENT_TAIL = 256 * 1024
 
 
 def now_ms() -> int:
@@ -72,13 +77,12 @@ class _CommitLogFlushTarget:
     def flush(self) -> int:
         cur = self.commit_log._current
         ts = cur.store_timestamp if cur is not None else 0
-        flushed = self.commit_log.queue.flush()
+        queue = self.commit_log.queue
+        flushed = queue.flush()
         if ts:
             self.checkpoint.physic_msg_timestamp = ts
-        # segments that are complete and durable leave the resident set (they stay in the page cache)
-        for mf in self.commit_log.queue.files[:-1]:
-            if not mf.released and mf.flushed_position >= mf.file_size:
-                mf.release_pages()
+        # durable pages behind the writer's tail leave the resident set (they stay in the page cache)
+        queue.release_flushed(COMMIT_LOG_RESIDENT_TAIL)
         return flushed
 
 
@@ -248,8 +252,8 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
 
     def _flush_logics(self, ts: int) -> None:
         """Blocking: flush consume queues and index, then the checkpoint (Java ``FlushConsumeQueueService``)."""
-        self.consume_queues.flush()
-        self.index.flush()
+        self.consume_queues.flush(LOGICS_RESIDENT_TAIL)
+        self.index.flush(LOGICS_RESIDENT_TAIL)
         cp = self.checkpoint
         if cp is not None:
             if ts:

@@ -1,9 +1,11 @@
 """The write side of :class:`~pyrmq.store.message_store.MessageStore`: append to the commit log, dispatch what was
 appended, and (SYNC_FLUSH) wait for the group commit.
 
-``put_message`` and ``put_messages`` share one dispatch call, :meth:`StoreWrites._dispatch_appended`: it builds the
-:class:`~pyrmq.store.dispatch.DispatchRequest` of an appended record and hands it to the store's dispatchers, in
-order, before the put returns (see :mod:`pyrmq.store.dispatch` for why dispatch is synchronous).
+``put_message`` hands the :class:`~pyrmq.store.dispatch.DispatchRequest` of the appended record to the store's
+dispatchers, in order (:meth:`StoreWrites._dispatch_appended`); the batch puts (``put_messages``, ``put_entries``)
+build one request per record and hand them over together (:meth:`~pyrmq.store.dispatch.Dispatchers.dispatch_batch`:
+each dispatcher takes the whole batch in one call). Either way dispatch is done before the put returns (see
+:mod:`pyrmq.store.dispatch` for why dispatch is synchronous).
 """
 
 from __future__ import annotations
@@ -16,21 +18,17 @@ from .dispatch import Dispatchers, DispatchRequest
 from .flush import FlushPolicy, FlushTarget
 from .format import (
     NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageRecord,
-    find_property,
     java_string_hash,
 )
 from .results import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger("pyrmq.store.message_store")
 
-_TAGS = (PROPERTY_TAGS + NAME_VALUE_SEPARATOR).encode()
-_KEYS = (PROPERTY_KEYS + NAME_VALUE_SEPARATOR).encode()
-_UNIQ = (PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX + NAME_VALUE_SEPARATOR).encode()
-_UNIQ_LEN = len(_UNIQ)
 
 #: tags codes remembered (tags strings repeat: a topic has a handful)
 MAX_TAGS_CODES = 65536
@@ -119,10 +117,22 @@ class StoreWrites:
         except OSError as exc:
             log.exception("batch append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        dispatch = self._dispatch_appended
         now = res.store_timestamp
+        codes = self._tags_codes
+        requests = []
+        append = requests.append
         for record, (offset, size, queue_offset, _props) in zip(records, written):
-            dispatch(record, offset, size, queue_offset, now, sys_flag, 0)  # a batch stores no prepared offset
+            properties = record.properties
+            tags_code = record.tags_code
+            if tags_code is None:
+                tags = properties.get(PROPERTY_TAGS)
+                tags_code = (codes.get(tags) or self._tags_code(tags)) if tags else 0
+            append(DispatchRequest(
+                record.topic, record.queue_id, offset, size, tags_code, now, queue_offset,
+                properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
+                0, properties,  # a batch stores no prepared offset
+            ))
+        self.dispatchers.dispatch_batch(requests)
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def put_entries(
@@ -158,18 +168,17 @@ class StoreWrites:
         requests = []
         append = requests.append
         for offset, size, queue_offset, props in written:
-            tags = find_property(props, _TAGS) if _TAGS in props else None
-            keys = find_property(props, _KEYS) if _KEYS in props else None
-            i = props.rfind(_UNIQ)
-            if i == 0 or i > 0 and props[i - 1] == 2:  # the usual case, inlined (find_property otherwise)
-                start = i + _UNIQ_LEN
-                end = props.find(b"\x02", start)
-                uniq = props[start : end if end >= 0 else len(props)].decode("utf-8", "replace") or None
-            else:
-                uniq = find_property(props, _UNIQ) if i > 0 else None
+            # one decode and split per message (find_property's rules: a later duplicate wins, empty is absent)
+            found = {}
+            for item in props.decode("utf-8", "replace").split(PROPERTY_SEPARATOR):
+                name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
+                if sep:
+                    found[name] = value
+            tags = found.get(PROPERTY_TAGS)
             append(DispatchRequest(
                 topic, queue_id, offset, size, (codes.get(tags) or self._tags_code(tags)) if tags else 0, now,
-                queue_offset, keys, uniq, sys_flag, 0, None, False, props,
+                queue_offset, found.get(PROPERTY_KEYS) or None, found.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
+                sys_flag, 0, None, False, props,
             ))
         self.dispatchers.dispatch_batch(requests)
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
@@ -184,10 +193,9 @@ class StoreWrites:
         sys_flag: int,
         prepared_offset: int,
     ) -> None:
-        """The one dispatch call of both puts: hand a just-appended record to every dispatcher, in order.
+        """The dispatch call of ``put_message``: hand a just-appended record to every dispatcher, in order.
 
-        One record per call (a batch calls it per record): wrapping a single record into sequences costs more than
-        the call. It calls the collected ``dispatch`` methods directly: no pluggy, no type test per message."""
+        It calls the collected ``dispatch`` methods directly: no pluggy, no type test per message."""
         properties = record.properties
         tags_code = record.tags_code
         if tags_code is None:

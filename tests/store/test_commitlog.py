@@ -130,3 +130,38 @@ def test_new_segments_have_their_blocks_allocated(tmp_path):
         assert os.stat(sparse.path).st_size == 1 << 20 and os.stat(sparse.path).st_blocks * 512 < 1 << 20
     finally:
         sparse.close()
+
+
+def _resident_kib(directory) -> int:
+    """Resident KiB of this process's mappings of the files under ``directory`` (/proc/self/smaps)."""
+    total = 0
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if not fields[0].endswith(":"):  # a mapping's header line: range, perms, offset, dev, inode[, path]
+                inside = len(fields) >= 6 and fields[5].startswith(str(directory))
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+def test_flushed_pages_behind_the_tail_leave_the_resident_set_and_still_read_back(tmp_path):
+    from pyrmq.store import MessageStore
+    from pyrmq.store.message_store import COMMIT_LOG_RESIDENT_TAIL
+
+    from .conftest import small_config
+
+    config = small_config(tmp_path / "store", mapped_file_size_commit_log=64 * 1024 * 1024,
+                          mapped_file_size_consume_queue=20 * 300_000)
+    with MessageStore(config) as store:
+        bodies = [bytes([i % 251]) * 1024 for i in range(24 * 1024)]  # ~25 MiB of records in one segment
+        for body in bodies:
+            store.put_message(record(body=body))
+        written_kib = _resident_kib(config.commit_log_dir)
+        assert written_kib > 24 * 1024
+        store.flush_all()
+        after_kib = _resident_kib(config.commit_log_dir)
+        assert after_kib <= COMMIT_LOG_RESIDENT_TAIL // 1024 + 256, (written_kib, after_kib)  # + fault-around
+        msgs = read_all(store, "TopicTest", 0)  # the dropped pages fault back in from the page cache
+        assert [m.body for m in msgs] == bodies and all(m.crc_ok() for m in msgs)

@@ -117,6 +117,15 @@ def test_java_string_hash_matches_utf16_reference(s):
     assert java_string_hash(s) == _reference_hash(s)
 
 
+def test_java_string_hash_of_long_and_wide_strings_matches_the_utf16_reference():
+    # the hash works in parts (64 one-byte units, 256 UTF-16 units): lengths around and past those, one-byte
+    # (ASCII, Latin-1), two-byte (Cyrillic) and surrogate-pair (emoji) code units
+    for unit in ("a", "é", "я", "\U0001F600", "a\xff", "ab\u044f"):
+        for n in (1, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000):
+            s = (unit * n)[:n] if len(unit) == 1 else unit * n
+            assert java_string_hash(s) == _reference_hash(s), (unit, n)
+
+
 @given(st.integers(0, 2**63 - 1), st.integers(0, 65535))
 def test_message_id_round_trip(offset, port):
     msg_id = encode_message_id("192.168.0.10", port, offset)

@@ -68,16 +68,27 @@ def test_the_key_hasher_matches_javas_string_hash_code_for_every_shape_of_key():
     import random
     import string
 
-    from pyrmq.store.format import index_key_hash, unsigned_hash
     from pyrmq.store.index_file import KeyHasher
+
+    def java_index_hash(s: str) -> int:  # abs(s.hashCode()) over UTF-16 code units; Integer.MIN_VALUE gives 0
+        units = s.encode("utf-16-be")
+        h = 0
+        for i in range(0, len(units), 2):
+            h = (31 * h + int.from_bytes(units[i : i + 2], "big")) & 0xFFFFFFFF
+        signed = h - (1 << 32) if h >= 1 << 31 else h
+        return 0 if signed == -(1 << 31) else abs(signed)
 
     rnd = random.Random(7)
     keys = ["7F0000010FA318B4AAC2%012X" % rnd.randrange(1 << 48) for _ in range(400)]  # Java UNIQ_KEYs
+    keys += ["7F0000010FA318B4AAC21234ABCD%04X" % i for i in range(300)]  # one producer's batch: a counter
+    keys += ["order-%d" % i for i in range(0, 100_000, 333)]
     keys += ["".join(rnd.choice(string.printable) for _ in range(rnd.randrange(0, 40))) for _ in range(400)]
-    keys += ["ключ-%d-ключ-ключ" % i for i in range(50)] + ["\0" * 16, "a" * 13]
-    items = [(topic, key, 0, 0) for topic in ("T", "%RETRY%group") for key in keys]
-    expected = [index_key_hash(unsigned_hash(f"{topic}#{key}")) for topic, key, _, _ in items]
-    for hasher in (KeyHasher(), KeyHasher(max_cached=4)):  # the tiny cache is cleared over and over
-        assert [hasher(topic, key) for topic, key, _, _ in items] == expected
-        assert hasher.hash_keys(items) == expected
-        assert hasher.hash_keys(items) == expected  # second pass: everything from the caches
+    keys += ["ключ-%d-ключ-ключ" % i for i in range(50)] + ["\0" * 16, "a" * 13, "a" * 300, "\U0001F600" * 5, "abcd"]
+    keys += ["x" * 200 + "é", "k1MF>7LE", "k02JH=<D"]  # the last two: "T#" / "%RETRY%group#" + it hash to MIN_VALUE
+    assert KeyHasher()("T", "k1MF>7LE") == KeyHasher()("%RETRY%group", "k02JH=<D") == 0
+    for topic in ("T", "%RETRY%group", "тема"):
+        expected = [java_index_hash(f"{topic}#{key}") for key in keys]
+        for hasher in (KeyHasher(), KeyHasher(max_cached=4)):  # the tiny cache is cleared over and over
+            assert [hasher(topic, key) for key in keys] == expected
+            assert hasher.hash_keys(topic, keys) == expected
+            assert hasher.hash_keys(topic, keys) == expected  # second pass: everything from the caches
