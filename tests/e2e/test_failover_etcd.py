@@ -453,6 +453,119 @@ async def _true_async(value, want) -> bool:
 
 
 @pytest.mark.slow
+async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(spawn, etcd, tmp_path):
+    """A group of 3: a pull from a slave gets what every in-sync replica acknowledged (the confirm offset its master's
+    AutoSwitch transfer headers carry); with the third replica SIGSTOPped, a message the slave holds but the stopped
+    replica has not acknowledged is not served by the slave; after SIGCONT the slave serves it."""
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 3, "slaveTimeout=30000")
+    group.start_all()
+    async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
+        master = await group.ready(client)
+        addr = group.addr(master["replicaId"])
+        reader, stopped = (rid for rid in group.ports if rid != master["replicaId"])
+        slave_addr = group.addr(reader)
+        assert (await rc.invoke(addr, _send_request("confirmed-0"), timeout=10)).code == ResponseCode.SUCCESS
+
+        async def slave_pulls(offset: int) -> list[str]:
+            response = await rc.invoke(slave_addr, _pull_request(offset), timeout=10)
+            return _pulled_keys(response) if response.code == ResponseCode.SUCCESS else []
+
+        # the slave learns the confirm offset from its master's next transfer header
+        assert await _until(lambda: slave_pulls(0), "the slave serving the confirmed message", 10) == ["confirmed-0"]
+        group.signal(stopped, signal.SIGSTOP)
+        sent: list[RemotingCommand] = []
+        try:
+            async with trio.open_nursery() as nursery:
+                async def send() -> None:
+                    sent.append(await rc.invoke(addr, _send_request("unconfirmed-1"), timeout=30))
+
+                nursery.start_soon(send)
+                # the slave stored it (its consume queue counts it) but the stopped replica did not acknowledge it
+                await _until(lambda: _true_async(_queue_max(rc, slave_addr), 2), "the slave storing the message", 10, 0.05)
+                pulled = await rc.invoke(slave_addr, _pull_request(1), timeout=10)
+                assert pulled.code == ResponseCode.PULL_NOT_FOUND, (pulled.code, _pulled_keys(pulled))
+                assert not sent
+                group.signal(stopped, signal.SIGCONT)
+                with trio.fail_after(15):
+                    while not sent:
+                        await trio.sleep(0.05)
+        finally:
+            group.signal(stopped, signal.SIGCONT)
+        assert sent[0].code == ResponseCode.SUCCESS, (sent[0].code, sent[0].remark)
+        assert await _until(lambda: slave_pulls(1), "the slave serving the message once confirmed", 10) == ["unconfirmed-1"]
+
+
+async def _closed_by_peer(stream: trio.SocketStream, timeout: float = 10) -> bool:
+    """Whether the peer closes the connection (reads until EOF or a reset) within ``timeout`` seconds."""
+    with trio.move_on_after(timeout):
+        try:
+            while await stream.receive_some(65536):
+                pass
+        except trio.BrokenResourceError:
+            pass
+        return True
+    return False
+
+
+@pytest.mark.slow
+async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_close_only_their_connection(
+        spawn, etcd, tmp_path):
+    """The master's HA port speaks 5.x's AutoSwitch frames: a slave handshake (state 1, flags, slaveBrokerId) is
+    answered with the master's epoch entries, an ACK with a TRANSFER header (epoch, epoch start, confirm offset). A
+    frame with an unknown state, an ACK before the handshake, or a frame cut short closes that connection only: the
+    group keeps acknowledging sends."""
+    from pyrmq.plugins.broker.ha import autoswitch as wire
+
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group.start_all()
+    async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
+        master = await group.ready(client)
+        addr = group.addr(master["replicaId"])
+        assert (await rc.invoke(addr, _send_request("before"), timeout=10)).code == ResponseCode.SUCCESS
+        host, _, port = master["haAddr"].rpartition(":")
+        for garbage in (b"\x00\x00\x00\x07" + bytes(12),   # state 7
+                        wire.pack_ack(0),                      # an ACK before the handshake
+                        b"\x00\x00\x00\x01\x00"):           # a handshake cut short, then the write side closed
+            stream = await trio.open_tcp_stream(host, int(port))
+            async with stream:
+                await stream.send_all(garbage)
+                if len(garbage) < 12:
+                    await stream.send_eof()
+                assert await _closed_by_peer(stream), garbage
+        # a well-formed handshake (an async learner, so that it never joins the in-sync set)
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(wire.pack_slave_handshake(77, sync_from_last_file=False, async_learner=True))
+            buffer = b""
+            with trio.fail_after(10):
+                while len(buffer) < wire.MASTER_HANDSHAKE.size:
+                    buffer += await stream.receive_some(65536)
+                state, size, max_offset, epoch = wire.MASTER_HANDSHAKE.unpack_from(buffer)
+                while len(buffer) < wire.MASTER_HANDSHAKE.size + size:
+                    buffer += await stream.receive_some(65536)
+            assert (state, epoch) == (wire.HANDSHAKE, master["epoch"])
+            assert max_offset == len(_commit_log(group.store(master["replicaId"]))) > 0
+            entries = [wire.EPOCH_ENTRY.unpack_from(buffer, wire.MASTER_HANDSHAKE.size + i) for i in range(0, size, 12)]
+            epochs = {json.loads(kv.value)["startOffset"]: int(kv.key.rsplit("/", 1)[1])
+                      for kv in await client.range(PREFIX + "epochs/")}
+            assert entries == sorted((e, start) for start, e in epochs.items())
+            assert entries[-1][0] == master["epoch"]
+            # an ACK at the master's end: a TRANSFER header with no body, the master's epoch and confirm offset
+            await stream.send_all(wire.pack_ack(max_offset))
+            buffer = buffer[wire.MASTER_HANDSHAKE.size + size:]
+            with trio.fail_after(10):
+                while len(buffer) < wire.MASTER_TRANSFER.size:
+                    buffer += await stream.receive_some(65536)
+            state, size, offset, epoch, epoch_start, confirm = wire.MASTER_TRANSFER.unpack_from(buffer)
+            assert (state, size, offset, epoch) == (wire.TRANSFER, 0, max_offset, master["epoch"])
+            assert (epoch_start, confirm) == (entries[-1][1], max_offset)
+        assert (await rc.invoke(addr, _send_request("after"), timeout=10)).code == ResponseCode.SUCCESS
+        assert master == await _master(client)
+
+
+@pytest.mark.slow
 async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, etcd_cluster, tmp_path):
     """A 3-member etcd cluster: one member SIGKILLed (the replicas use the next endpoint), then all three for
     longer than the lease TTL (``PYRMQ_FAILOVER_ETCD_OUTAGE`` s, 10 in `make failover`): the master keeps
