@@ -565,6 +565,56 @@ async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_clo
         assert master == await _master(client)
 
 
+async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = await stream.receive_some(size - len(data))
+        assert chunk, f"closed after {len(data)} of {size} bytes"
+        data += chunk
+    return data
+
+
+@pytest.mark.slow
+async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_a_good_one(spawn, etcd, tmp_path):
+    """A replica follows the master etcd names, here a raw socket of the test's (epoch 3): its handshake is 5.x's
+    (state 1, isSyncFromLastFile 1, isAsyncLearner 0, its replica id); an answer with an unknown state, then one of
+    another epoch than etcd's, each close that connection (the replica reconnects, still running); the right answer
+    gets its ACK (state 2, its max offset)."""
+    from pyrmq.plugins.broker.ha import autoswitch as wire
+
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    ha_port = listeners[0].socket.getsockname()[1]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 1)
+    async with EtcdClient([etcd.endpoint]) as client:
+        lease = await client.grant(60)
+        await client.put(PREFIX + "master", json.dumps(
+            {"replicaId": 9, "addr": "127.0.0.1:1", "haAddr": f"127.0.0.1:{ha_port}", "epoch": 3}), lease=lease)
+        await client.put(PREFIX + "epoch", "3")
+        await client.put(PREFIX + "epochs/3", json.dumps({"startOffset": 0, "replicaId": 9}))
+        await client.put(PREFIX + "syncset", json.dumps({"epoch": 3, "members": [9]}))
+        replica = group.start(1)
+        handshake = wire.pack_slave_handshake(1, sync_from_last_file=True)
+        answers = [
+            (b"\x00\x00\x00\x09" + bytes(16), b""),                                    # state 9: closed
+            (wire.pack_master_handshake(0, 2, [wire.EpochEntry(2, 0)]), b""),           # epoch 2, etcd says 3
+            (wire.pack_master_handshake(0, 3, [wire.EpochEntry(3, 0)]), wire.pack_ack(0)),
+        ]
+        with trio.fail_after(20):
+            for answer, expected in answers:
+                stream = await listeners[0].accept()
+                async with stream:
+                    assert await _receive_exactly(stream, len(handshake)) == handshake
+                    await stream.send_all(answer)
+                    if expected:
+                        assert await _receive_exactly(stream, len(expected)) == expected
+                    else:
+                        assert await _closed_by_peer(stream)
+                assert replica.proc.poll() is None
+        await client.revoke(lease)
+    await listeners[0].aclose()
+
+
 @pytest.mark.slow
 async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, etcd_cluster, tmp_path):
     """A 3-member etcd cluster: one member SIGKILLed (the replicas use the next endpoint), then all three for
