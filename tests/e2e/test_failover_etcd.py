@@ -577,7 +577,7 @@ async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
 @pytest.mark.slow
 async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_a_good_one(spawn, etcd, tmp_path):
     """A replica follows the master etcd names, here a raw socket of the test's (epoch 3): its handshake is 5.x's
-    (state 1, isSyncFromLastFile 1, isAsyncLearner 0, its replica id); an answer with an unknown state, then one of
+    (state 1, isSyncFromLastFile 0, isAsyncLearner 0, its replica id); an answer with an unknown state, then one of
     another epoch than etcd's, each close that connection (the replica reconnects, still running); the right answer
     gets its ACK (state 2, its max offset)."""
     from pyrmq.plugins.broker.ha import autoswitch as wire
@@ -594,7 +594,7 @@ async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_
         await client.put(PREFIX + "epochs/3", json.dumps({"startOffset": 0, "replicaId": 9}))
         await client.put(PREFIX + "syncset", json.dumps({"epoch": 3, "members": [9]}))
         replica = group.start(1)
-        handshake = wire.pack_slave_handshake(1, sync_from_last_file=True)
+        handshake = wire.pack_slave_handshake(1, sync_from_last_file=False)
         answers = [
             (b"\x00\x00\x00\x09" + bytes(16), b""),                                    # state 9: closed
             (wire.pack_master_handshake(0, 2, [wire.EpochEntry(2, 0)]), b""),           # epoch 2, etcd says 3

@@ -191,7 +191,9 @@ class AutoSwitchSession(_Session):
         """Send the handshake, check the master's answer (the follower may truncate), ACK the own max offset.
         False when the follower refuses this master (the connection closes)."""
         follower = self.follower
-        await self.stream.send_all(autoswitch.pack_slave_handshake(follower.replica_id, sync_from_last_file=True))
+        # isSyncFromLastFile 0 (5.x's default): an empty replica copies the master's whole log, so that it holds
+        # what consumers may still read when it is elected
+        await self.stream.send_all(autoswitch.pack_slave_handshake(follower.replica_id, sync_from_last_file=False))
         got = None
         with trio.move_on_after(self.slave.housekeeping):
             while (got := self.reader.next_frame()) is None:
