@@ -456,7 +456,8 @@ async def _true_async(value, want) -> bool:
 async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(spawn, etcd, tmp_path):
     """A group of 3: a pull from a slave gets what every in-sync replica acknowledged (the confirm offset its master's
     AutoSwitch transfer headers carry); with the third replica SIGSTOPped, a message the slave holds but the stopped
-    replica has not acknowledged is not served by the slave; after SIGCONT the slave serves it."""
+    replica has not acknowledged is not served by the slave, nor found by a key query or by its offset (on the
+    slave and on the master); after SIGCONT the slave serves it to all three."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
     group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 3, "slaveTimeout=30000")
     group.start_all()
@@ -473,6 +474,11 @@ async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(sp
 
         # the slave learns the confirm offset from its master's next transfer header
         assert await _until(lambda: slave_pulls(0), "the slave serving the confirmed message", 10) == ["confirmed-0"]
+        # the next record starts where this one ends (VIEW_MESSAGE_BY_ID takes a commit-log offset)
+        from pyrmq.store.format import decode_messages
+
+        (first,) = decode_messages((await rc.invoke(slave_addr, _pull_request(0), timeout=10)).body_bytes())
+        confirmed_end = first.commit_log_offset + first.total_size
         group.signal(stopped, signal.SIGSTOP)
         sent: list[RemotingCommand] = []
         try:
@@ -485,6 +491,10 @@ async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(sp
                 await _until(lambda: _true_async(_queue_max(rc, slave_addr), 2), "the slave storing the message", 10, 0.05)
                 pulled = await rc.invoke(slave_addr, _pull_request(1), timeout=10)
                 assert pulled.code == ResponseCode.PULL_NOT_FOUND, (pulled.code, _pulled_keys(pulled))
+                for where in (slave_addr, addr):
+                    assert (await rc.invoke(where, _query("unconfirmed-1"), timeout=10)).code == ResponseCode.QUERY_NOT_FOUND
+                    view = await rc.invoke(where, _view(confirmed_end), timeout=10)
+                    assert view.code == ResponseCode.SYSTEM_ERROR and "not confirmed" in view.remark, view.remark
                 assert not sent
                 group.signal(stopped, signal.SIGCONT)
                 with trio.fail_after(15):
@@ -494,6 +504,19 @@ async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(sp
             group.signal(stopped, signal.SIGCONT)
         assert sent[0].code == ResponseCode.SUCCESS, (sent[0].code, sent[0].remark)
         assert await _until(lambda: slave_pulls(1), "the slave serving the message once confirmed", 10) == ["unconfirmed-1"]
+        queried = await rc.invoke(slave_addr, _query("unconfirmed-1"), timeout=10)
+        assert queried.code == ResponseCode.SUCCESS and _pulled_keys(queried) == ["unconfirmed-1"]
+        viewed = await rc.invoke(slave_addr, _view(confirmed_end), timeout=10)
+        assert viewed.code == ResponseCode.SUCCESS and _pulled_keys(viewed) == ["unconfirmed-1"]
+
+
+def _query(key: str) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
+        "topic": TOPIC, "key": key, "maxNum": "32", "beginTimestamp": "0", "endTimestamp": str(2**62)})
+
+
+def _view(offset: int) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
 
 
 async def _closed_by_peer(stream: trio.SocketStream, timeout: float = 10) -> bool:
