@@ -20,7 +20,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import attrs
-
 import trio
 
 from pyrmq.plugins.broker.ha import autoswitch
