@@ -453,6 +453,192 @@ async def _true_async(value, want) -> bool:
 
 
 @pytest.mark.slow
+async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(spawn, etcd, tmp_path):
+    """A group of 3: a pull from a slave gets what every in-sync replica acknowledged (the confirm offset its master's
+    AutoSwitch transfer headers carry); with the third replica SIGSTOPped, a message the slave holds but the stopped
+    replica has not acknowledged is not served by the slave, nor found by a key query or by its offset (on the
+    slave and on the master); after SIGCONT the slave serves it to all three."""
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 3, "slaveTimeout=30000")
+    group.start_all()
+    async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
+        master = await group.ready(client)
+        addr = group.addr(master["replicaId"])
+        reader, stopped = (rid for rid in group.ports if rid != master["replicaId"])
+        slave_addr = group.addr(reader)
+        assert (await rc.invoke(addr, _send_request("confirmed-0"), timeout=10)).code == ResponseCode.SUCCESS
+
+        async def slave_pulls(offset: int) -> list[str]:
+            response = await rc.invoke(slave_addr, _pull_request(offset), timeout=10)
+            return _pulled_keys(response) if response.code == ResponseCode.SUCCESS else []
+
+        # the slave learns the confirm offset from its master's next transfer header
+        assert await _until(lambda: slave_pulls(0), "the slave serving the confirmed message", 10) == ["confirmed-0"]
+        # the next record starts where this one ends (VIEW_MESSAGE_BY_ID takes a commit-log offset)
+        from pyrmq.store.format import decode_messages
+
+        (first,) = decode_messages((await rc.invoke(slave_addr, _pull_request(0), timeout=10)).body_bytes())
+        confirmed_end = first.commit_log_offset + first.total_size
+        group.signal(stopped, signal.SIGSTOP)
+        sent: list[RemotingCommand] = []
+        try:
+            async with trio.open_nursery() as nursery:
+                async def send() -> None:
+                    sent.append(await rc.invoke(addr, _send_request("unconfirmed-1"), timeout=30))
+
+                nursery.start_soon(send)
+                # the slave stored it (its consume queue counts it) but the stopped replica did not acknowledge it
+                await _until(lambda: _true_async(_queue_max(rc, slave_addr), 2), "the slave storing the message", 10, 0.05)
+                pulled = await rc.invoke(slave_addr, _pull_request(1), timeout=10)
+                assert pulled.code == ResponseCode.PULL_NOT_FOUND, (pulled.code, _pulled_keys(pulled))
+                for where in (slave_addr, addr):
+                    assert (await rc.invoke(where, _query("unconfirmed-1"), timeout=10)).code == ResponseCode.QUERY_NOT_FOUND
+                    view = await rc.invoke(where, _view(confirmed_end), timeout=10)
+                    assert view.code == ResponseCode.SYSTEM_ERROR and "not confirmed" in view.remark, view.remark
+                assert not sent
+                group.signal(stopped, signal.SIGCONT)
+                with trio.fail_after(15):
+                    while not sent:
+                        await trio.sleep(0.05)
+        finally:
+            group.signal(stopped, signal.SIGCONT)
+        assert sent[0].code == ResponseCode.SUCCESS, (sent[0].code, sent[0].remark)
+        assert await _until(lambda: slave_pulls(1), "the slave serving the message once confirmed", 10) == ["unconfirmed-1"]
+        queried = await rc.invoke(slave_addr, _query("unconfirmed-1"), timeout=10)
+        assert queried.code == ResponseCode.SUCCESS and _pulled_keys(queried) == ["unconfirmed-1"]
+        viewed = await rc.invoke(slave_addr, _view(confirmed_end), timeout=10)
+        assert viewed.code == ResponseCode.SUCCESS and _pulled_keys(viewed) == ["unconfirmed-1"]
+
+
+def _query(key: str) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
+        "topic": TOPIC, "key": key, "maxNum": "32", "beginTimestamp": "0", "endTimestamp": str(2**62)})
+
+
+def _view(offset: int) -> RemotingCommand:
+    return RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+
+
+async def _closed_by_peer(stream: trio.SocketStream, timeout: float = 10) -> bool:
+    """Whether the peer closes the connection (reads until EOF or a reset) within ``timeout`` seconds."""
+    with trio.move_on_after(timeout):
+        try:
+            while await stream.receive_some(65536):
+                pass
+        except trio.BrokenResourceError:
+            pass
+        return True
+    return False
+
+
+@pytest.mark.slow
+async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_close_only_their_connection(
+        spawn, etcd, tmp_path):
+    """The master's HA port speaks 5.x's AutoSwitch frames: a slave handshake (state 1, flags, slaveBrokerId) is
+    answered with the master's epoch entries, an ACK with a TRANSFER header (epoch, epoch start, confirm offset). A
+    frame with an unknown state, an ACK before the handshake, or a frame cut short closes that connection only: the
+    group keeps acknowledging sends."""
+    from pyrmq.plugins.broker.ha import autoswitch as wire
+
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group.start_all()
+    async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
+        master = await group.ready(client)
+        addr = group.addr(master["replicaId"])
+        assert (await rc.invoke(addr, _send_request("before"), timeout=10)).code == ResponseCode.SUCCESS
+        host, _, port = master["haAddr"].rpartition(":")
+        for garbage in (b"\x00\x00\x00\x07" + bytes(12),   # state 7
+                        wire.pack_ack(0),                      # an ACK before the handshake
+                        b"\x00\x00\x00\x01\x00"):           # a handshake cut short, then the write side closed
+            stream = await trio.open_tcp_stream(host, int(port))
+            async with stream:
+                await stream.send_all(garbage)
+                if len(garbage) < 12:
+                    await stream.send_eof()
+                assert await _closed_by_peer(stream), garbage
+        # a well-formed handshake (an async learner, so that it never joins the in-sync set)
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(wire.pack_slave_handshake(77, sync_from_last_file=False, async_learner=True))
+            buffer = b""
+            with trio.fail_after(10):
+                while len(buffer) < wire.MASTER_HANDSHAKE.size:
+                    buffer += await stream.receive_some(65536)
+                state, size, max_offset, epoch = wire.MASTER_HANDSHAKE.unpack_from(buffer)
+                while len(buffer) < wire.MASTER_HANDSHAKE.size + size:
+                    buffer += await stream.receive_some(65536)
+            assert (state, epoch) == (wire.HANDSHAKE, master["epoch"])
+            assert max_offset == len(_commit_log(group.store(master["replicaId"]))) > 0
+            entries = [wire.EPOCH_ENTRY.unpack_from(buffer, wire.MASTER_HANDSHAKE.size + i) for i in range(0, size, 12)]
+            epochs = {json.loads(kv.value)["startOffset"]: int(kv.key.rsplit("/", 1)[1])
+                      for kv in await client.range(PREFIX + "epochs/")}
+            assert entries == sorted((e, start) for start, e in epochs.items())
+            assert entries[-1][0] == master["epoch"]
+            # an ACK at the master's end: a TRANSFER header with no body, the master's epoch and confirm offset
+            await stream.send_all(wire.pack_ack(max_offset))
+            buffer = buffer[wire.MASTER_HANDSHAKE.size + size:]
+            with trio.fail_after(10):
+                while len(buffer) < wire.MASTER_TRANSFER.size:
+                    buffer += await stream.receive_some(65536)
+            state, size, offset, epoch, epoch_start, confirm = wire.MASTER_TRANSFER.unpack_from(buffer)
+            assert (state, size, offset, epoch) == (wire.TRANSFER, 0, max_offset, master["epoch"])
+            assert (epoch_start, confirm) == (entries[-1][1], max_offset)
+        assert (await rc.invoke(addr, _send_request("after"), timeout=10)).code == ResponseCode.SUCCESS
+        assert master == await _master(client)
+
+
+async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = await stream.receive_some(size - len(data))
+        assert chunk, f"closed after {len(data)} of {size} bytes"
+        data += chunk
+    return data
+
+
+@pytest.mark.slow
+async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_a_good_one(spawn, etcd, tmp_path):
+    """A replica follows the master etcd names, here a raw socket of the test's (epoch 3): its handshake is 5.x's
+    (state 1, isSyncFromLastFile 0, isAsyncLearner 0, its replica id); an answer with an unknown state, then one of
+    another epoch than etcd's, each close that connection (the replica reconnects, still running); the right answer
+    gets its ACK (state 2, its max offset)."""
+    from pyrmq.plugins.broker.ha import autoswitch as wire
+
+    namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    ha_port = listeners[0].socket.getsockname()[1]
+    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 1)
+    async with EtcdClient([etcd.endpoint]) as client:
+        lease = await client.grant(60)
+        await client.put(PREFIX + "master", json.dumps(
+            {"replicaId": 9, "addr": "127.0.0.1:1", "haAddr": f"127.0.0.1:{ha_port}", "epoch": 3}), lease=lease)
+        await client.put(PREFIX + "epoch", "3")
+        await client.put(PREFIX + "epochs/3", json.dumps({"startOffset": 0, "replicaId": 9}))
+        await client.put(PREFIX + "syncset", json.dumps({"epoch": 3, "members": [9]}))
+        replica = group.start(1)
+        handshake = wire.pack_slave_handshake(1, sync_from_last_file=False)
+        answers = [
+            (b"\x00\x00\x00\x09" + bytes(16), b""),                                    # state 9: closed
+            (wire.pack_master_handshake(0, 2, [wire.EpochEntry(2, 0)]), b""),           # epoch 2, etcd says 3
+            (wire.pack_master_handshake(0, 3, [wire.EpochEntry(3, 0)]), wire.pack_ack(0)),
+        ]
+        with trio.fail_after(20):
+            for answer, expected in answers:
+                stream = await listeners[0].accept()
+                async with stream:
+                    assert await _receive_exactly(stream, len(handshake)) == handshake
+                    await stream.send_all(answer)
+                    if expected:
+                        assert await _receive_exactly(stream, len(expected)) == expected
+                    else:
+                        assert await _closed_by_peer(stream)
+                assert replica.proc.poll() is None
+        await client.revoke(lease)
+    await listeners[0].aclose()
+
+
+@pytest.mark.slow
 async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, etcd_cluster, tmp_path):
     """A 3-member etcd cluster: one member SIGKILLed (the replicas use the next endpoint), then all three for
     longer than the lease TTL (``PYRMQ_FAILOVER_ETCD_OUTAGE`` s, 10 in `make failover`): the master keeps

@@ -1,6 +1,8 @@
 """Automatic failover of a broker group on etcd: the broker's replicator (``pyrmq_make_replicator``) when this plugin
-is in the bundle (configs/failover.toml). etcd decides which replica is master; the data still moves on the HA wire
-of plugins/broker/ha (the slave announces its replica id first, so the master knows who acknowledged what).
+is in the bundle (configs/failover.toml). etcd decides which replica is master; the data moves on RocketMQ 5.x's
+AutoSwitch HA wire (plugins/broker/ha/autoswitch.py): the slave's handshake names its replica id (so the master knows
+who acknowledged what), the master answers with its epoch entries, and every transfer header carries the confirm
+offset.
 
 Keys under ``/pyrmq/v1/<cluster>/<brokerName>/``:
 
@@ -21,8 +23,10 @@ group's keys every ``pollInterval``:
   syncset {itself}, epochs/<new> {its max offset}. The winner accepts writes, registers as brokerId 0 with
   ``dataVersion.stateVersion = epoch`` (the name server's fence), and serves slaves;
 - another replica's ``master``: truncate the own commit log to where the first epoch after the own last one
-  started (a returning master's unreplicated tail), remember that epoch, follow the master (HA client + metadata
-  sync) and register as its own replica id;
+  started in the followed master's history (a returning master's unreplicated tail), remember that epoch, follow
+  the master (HA client + metadata sync) and register as its own replica id. The master's handshake repeats its
+  history (epoch entries); etcd's record is the authority: a master whose entries disagree is not followed, and the
+  entries decide only where etcd has no later epoch recorded;
 - its own ``master`` gone or replaced, or the lease lost: back to read-only (deposed).
 
 Commit rule (5.x ``allAckInSyncStateSet``): a SYNC_MASTER send is answered SEND_OK only once every other syncset
@@ -34,8 +38,8 @@ During an etcd outage writes continue with the set as it is; only elections and 
 Read rule: consumers read only up to the confirm offset (the store's ``read_bound``), so no consumer sees a message a
 failover could remove. A master reads up to what every member of the set a send waits for acknowledged (its whole
 log while it is alone); the bound only moves forward, and the HA master's advances wake the pulls parked in front of
-it. A replica that is not master (starting, deposed, following) keeps the bound of its last mastership (0 if none):
-it serves nothing new, since the 4.x HA wire does not carry the master's confirm offset to followers.
+it. A follower's bound is the confirm offset of its master's transfer headers (capped at its own end), so a slave
+serves reads up to what every in-sync replica holds; a replica neither master nor following keeps its last bound.
 
 Plugin settings (``[plugins."pyrmq.plugins.broker.failover.plugin"]``): ``etcdEndpoints`` (comma separated
 host:port), ``leaseTtl`` (s, 3), ``pollInterval`` (ms, 100), ``minInSyncReplicas`` (1), ``uncleanElection``
@@ -65,9 +69,10 @@ from pyrmq.plugins.broker.failover.etcd import (
     get_op,
     put_op,
 )
+from pyrmq.plugins.broker.ha.autoswitch import EpochEntry, EpochHistory, MasterHandshake, history, truncation_point
 from pyrmq.plugins.broker.ha.master import HAMaster
 from pyrmq.plugins.broker.ha.plugin import NOTIFIER
-from pyrmq.plugins.broker.ha.slave import HASlave, MetadataSync
+from pyrmq.plugins.broker.ha.slave import AutoSwitchFollower, HASlave, MetadataSync
 from pyrmq.plugins.broker.pull import PULL
 from pyrmq.store.results import PutMessageStatus
 
@@ -242,7 +247,7 @@ class FailoverReplicator:
         with trio.CancelScope() as scope:
             self._ha_scopes.add(scope)
             try:
-                await ha.serve_slave(stream)
+                await ha.serve_autoswitch(stream)
             finally:
                 self._ha_scopes.discard(scope)
 
@@ -334,6 +339,7 @@ class FailoverReplicator:
             put_op(self.key("epoch"), str(epoch)),
             put_op(self.key("syncset"), json.dumps({"epoch": epoch, "members": [self.me]})),
             put_op(self.key(f"epochs/{epoch}"), json.dumps({"startOffset": start, "replicaId": self.me})),
+            get_op(self.key("epochs/"), prefix=True),
             get_op(self.key("config/topics")),
             get_op(self.key("config/groups")),
         ])
@@ -349,7 +355,11 @@ class FailoverReplicator:
         self.synced = {self.me}
         self.pending = {}
         self.members = {self.me}
-        self.ha = HAMaster(store, self.ctx.settings)
+        # the history the handshake sends: every epoch up to ours, as etcd records them (ours included)
+        entries = {e.epoch: e for e in _epoch_entries(result.responses[-3])}
+        entries[epoch] = EpochEntry(epoch, start)
+        self.ha = HAMaster(store, self.ctx.settings, epochs=EpochHistory(entries.values()),
+                           confirm_source=self.read_bound)
         self.ha.on_confirm = self._confirm_advanced
         self.ha.set_members(())
         if self.notifier is not None:
@@ -435,31 +445,67 @@ class FailoverReplicator:
     async def _follow(self, etcd: EtcdClient, record: dict[str, Any]) -> None:
         await self._stop_following()
         epoch = int(record["epoch"])
-        store = self.ctx.store
-        if self.last_epoch < epoch:
-            # the first epoch after our own: our history is right up to where it started
-            starts = {int(kv.key.rsplit("/", 1)[1]): kv.json() for kv in await etcd.range(self.key("epochs/"))}
-            later = [n for n in starts if n > self.last_epoch]
-            if later:
-                start = int(starts[min(later)]["startOffset"])
-                if store.commit_log.max_offset > start:
-                    dropped = store.truncate_replica(start)  # on the event loop: see _stop_following
-                    # what an unclean election cut away was never confirmed (a clean one cuts beyond the bound)
-                    self.readable = min(self.readable, store.commit_log.max_offset)
-                    log.warning("replica %d: %d bytes after offset %d were never part of epoch %d: truncated",
-                                self.me, dropped, start, min(later))
-            await trio.to_thread.run_sync(self.epoch_file.save, epoch)
-            self.last_epoch = epoch
+        prior = self.last_epoch
+        etcd_point: int | None = None
+        if prior < epoch:
+            # the first epoch after our own in the followed master's history: our log is right up to where it started
+            entries = [e for e in _epoch_entries(await etcd.range(self.key("epochs/"))) if e.epoch <= epoch]
+            etcd_point = truncation_point(history(entries), prior)
+            if etcd_point is not None:
+                self._truncate(etcd_point, "etcd")
+                await trio.to_thread.run_sync(self.epoch_file.save, epoch)
+                self.last_epoch = epoch
+            # else: etcd holds no later epoch's start (its keys were removed): the master's handshake decides
         self.epoch = epoch
         self.following = record
         s = self.ctx.settings
-        self.slave_session = HASlave(store, s, lambda: record["haAddr"], replica_id=self.me)
+        follower = AutoSwitchFollower(self.me, self._handshake_check(epoch, prior, etcd_point), self._confirmed)
+        self.slave_session = HASlave(self.ctx.store, s, lambda: record["haAddr"], follower=follower)
         sync = MetadataSync(self.ctx, lambda: record["addr"], interval=self.cfg.sync_interval, first=self.cfg.sync_first)
         scope = self._follow_scope = trio.CancelScope()
         self._followed = trio.Event()
         assert self._nursery is not None
         self._nursery.start_soon(self._run_following, scope, self._followed, self.slave_session, sync)
         log.info("replica %d follows replica %s (epoch %d) at %s", self.me, record["replicaId"], epoch, record["haAddr"])
+
+    def _truncate(self, point: int, source: str) -> None:
+        store = self.ctx.store
+        if store.commit_log.max_offset > point:
+            dropped = store.truncate_replica(point)  # on the event loop: see _stop_following
+            # what an unclean election cut away was never confirmed (a clean one cuts beyond the bound)
+            self.readable = min(self.readable, store.commit_log.max_offset)
+            log.warning("replica %d: %d bytes after offset %d were never part of the master's history (%s): "
+                        "truncated", self.me, dropped, point, source)
+
+    def _handshake_check(self, epoch: int, prior: int, etcd_point: int | None) -> Any:
+        """The check of the followed master's AutoSwitch handshake, before this replica's first ACK."""
+
+        async def check(answer: MasterHandshake) -> str | None:
+            if answer.epoch != epoch:
+                return f"it answered epoch {answer.epoch}, etcd names epoch {epoch}"
+            point = truncation_point(answer.entries, prior)
+            if prior < epoch and self.last_epoch < epoch:
+                # etcd had no start for a later epoch: the master's history decides where our log leaves it
+                if point is not None:
+                    self._truncate(point, "the master's handshake")
+                await trio.to_thread.run_sync(self.epoch_file.save, epoch)
+                self.last_epoch = epoch
+            elif etcd_point is not None and point != etcd_point:
+                return (f"its epoch entries put the end of epoch {prior}'s history at {point}, etcd's at {etcd_point} "
+                        "(etcd is the authority)")
+            own = self.ctx.store.commit_log.max_offset
+            if own > answer.max_offset:
+                return f"it holds {answer.max_offset} bytes of commit log, this replica {own}"
+            return None
+
+        return check
+
+    def _confirmed(self, offset: int) -> None:
+        """A transfer header's confirm offset (capped at our own end): the read bound of a follower."""
+        if offset > self.readable:
+            self.readable = offset
+            if self._hold is not None:
+                self._hold.bound_advanced()
 
     @staticmethod
     async def _run_following(scope: trio.CancelScope, done: trio.Event, ha: HASlave, sync: MetadataSync) -> None:
@@ -482,7 +528,8 @@ class FailoverReplicator:
             return
         now = trio.current_time()
         top = self.ctx.store.commit_log.max_offset
-        connected = {s.replica_id: s for s in ha.slaves if s.replica_id is not None and s.request_offset >= 0}
+        connected = {s.replica_id: s for s in ha.slaves
+                     if s.replica_id is not None and s.request_offset >= 0 and not s.learner}
         behind = set()
         for member in self.members - {self.me}:
             slave = connected.get(member)
@@ -582,6 +629,11 @@ class FailoverReplicator:
             out.update({"haMasterAddress": self.slave_session.connected_to or "-",
                         "haBehindBytes": str(max(0, self.slave_session.master_offset - own))})
         return out
+
+
+def _epoch_entries(kvs: list[KeyValue]) -> list[EpochEntry]:
+    """``epochs/<n>`` records as epoch entries."""
+    return [EpochEntry(int(kv.key.rsplit("/", 1)[1]), int(kv.json()["startOffset"])) for kv in kvs]
 
 
 @hookimpl

@@ -11,17 +11,25 @@ Wire (both directions big-endian, no framing beyond this):
 The master sends nothing before the slave's first report; a slave reporting 0 (an empty store) starts from the
 beginning of the master's last commit-log file, as 4.x does. A slave silent for ``haHousekeepingInterval`` (20 s)
 is dropped.
+
+A failover group's master serves its slaves on 5.x's AutoSwitch framing instead (:meth:`HAMaster.serve_autoswitch`,
+frames in autoswitch.py): the slave's handshake names its replica id, the master answers with its epoch entries,
+and every transfer header carries the epoch of its bytes and the confirm offset.
 """
 
 from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import trio
 
+from pyrmq.plugins.broker.ha import autoswitch
+from pyrmq.plugins.broker.ha.autoswitch import EpochHistory, SlaveAck, SlaveFrameReader
+from pyrmq.remoting.errors import ProtocolError
 from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.broker.ha")
@@ -37,9 +45,10 @@ class SlaveConnection:
     """One connected slave, as HAConnection tracks it."""
 
     peer: str
-    #: the replica id a failover slave announced (a negative report, -(id + 1), before its first offset); None on
-    #: the 4.x wire
+    #: the replica id a failover slave named in its AutoSwitch handshake; None on the 4.x wire
     replica_id: int | None = None
+    #: the handshake's isAsyncLearner flag: such a slave never joins the in-sync set
+    learner: bool = False
     #: where the slave asked to start (-1 until its first report)
     request_offset: int = -1
     #: the highest offset the slave reported
@@ -48,6 +57,8 @@ class SlaveConnection:
     next_offset: int = -1
     last_read: float = 0.0
     connected_at: float = 0.0
+    #: the handshake's isSyncFromLastFile flag (where a slave reporting 0 starts)
+    sync_from_last_file: bool = True
     #: when the slave's report was newest (for lag in seconds)
     acked_at: float = 0.0
     #: when the slave last reported the master's whole commit log (lag in seconds counts from here, or from the
@@ -73,8 +84,12 @@ class AppendNotifier:
 class HAMaster:
     """HA listener and transfers of a master broker; ``wait_replicated`` is what SYNC_MASTER sends await."""
 
-    def __init__(self, store: Any, settings: Any) -> None:
+    def __init__(self, store: Any, settings: Any, *, epochs: EpochHistory | None = None,
+                 confirm_source: Callable[[], int] | None = None) -> None:
         self.store = store
+        #: a failover master's epoch entries and its confirm offset as followers may read it (AutoSwitch wire)
+        self.epochs = epochs
+        self.confirm_source = confirm_source
         self.settings = settings
         self.file_size = settings.mappedFileSizeCommitLog
         self.batch = settings.haTransferBatchSize
@@ -136,8 +151,11 @@ class HAMaster:
             self.confirm_offset = confirm
             self._acked.set()
             self._acked = trio.Event()
-            if advanced and self.on_confirm is not None:
-                self.on_confirm()
+            if advanced:
+                # the AutoSwitch transfers tell the followers at once (an empty header), not a heartbeat later
+                self.appended.set()
+                if self.on_confirm is not None:
+                    self.on_confirm()
         else:
             self.confirm_offset = confirm
 
@@ -217,16 +235,9 @@ class HAMaster:
             buffer += data
             usable = len(buffer) - len(buffer) % 8
             if usable:
-                # only the newest report counts (HAConnection.ReadSocketService); a failover slave's first 8 bytes
-                # are its replica id, negative so that no offset is mistaken for one
+                # only the newest report counts (HAConnection.ReadSocketService)
                 (offset,) = OFFSET.unpack_from(buffer, usable - 8)
-                if slave.replica_id is None and buffer[0] & 0x80:
-                    (announced,) = OFFSET.unpack_from(buffer, 0)
-                    slave.replica_id = -announced - 1
-                    log.info("slave %s is replica %d", slave.peer, slave.replica_id)
                 del buffer[:usable]
-                if offset < 0:
-                    continue
                 if slave.request_offset < 0:
                     slave.request_offset = offset
                     log.info("slave %s asks from offset %d", slave.peer, offset)
@@ -258,6 +269,109 @@ class HAMaster:
             idle = trio.current_time() - last_write
             if idle >= self.heartbeat:
                 await stream.send_all(HEADER.pack(slave.next_offset, 0))
+                last_write = trio.current_time()
+                continue
+            with trio.move_on_after(self.heartbeat - idle):
+                await self.appended.wait()
+
+    # -- AutoSwitch (failover groups) ------------------------------------------------------------------------
+
+    async def serve_autoswitch(self, stream: trio.SocketStream) -> None:
+        """Serve one slave of a failover group on the AutoSwitch wire until it or the master goes. A malformed
+        frame closes this connection only."""
+        host, port = stream.socket.getpeername()[:2]
+        now = trio.current_time()
+        slave = SlaveConnection(f"{host}:{port}", last_read=now, connected_at=now)
+        self.slaves.add(slave)
+        handshake = trio.Event()
+        try:
+            async with stream, trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_autoswitch, stream, slave, handshake, nursery.cancel_scope)
+                nursery.start_soon(self._transfer_autoswitch, stream, slave, handshake)
+        except* ProtocolError as group:
+            log.warning("slave %s: %s: connection closed", slave.peer, group.exceptions[0])
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
+            log.info("slave %s: %s", slave.peer, group.exceptions[0])
+        finally:
+            self.slaves.discard(slave)
+            if self.members is not None and slave.replica_id in self.members:
+                self._recompute_confirm()
+            log.info("slave %s gone", slave.peer)
+
+    async def _read_autoswitch(self, stream: trio.SocketStream, slave: SlaveConnection, handshake: trio.Event,
+                               scope: trio.CancelScope) -> None:
+        reader = SlaveFrameReader()
+        while True:
+            with trio.move_on_after(self.silence) as timer:
+                data = await stream.receive_some(4096)
+            if timer.cancelled_caught:
+                log.warning("slave %s silent for %.0f s: dropped", slave.peer, self.silence)
+                scope.cancel()
+                return
+            if not data:
+                if reader.buffer:
+                    raise ProtocolError(f"AutoSwitch HA: the slave closed with {len(reader.buffer)} bytes of an "
+                                        "unfinished frame")
+                scope.cancel()
+                return
+            slave.last_read = trio.current_time()
+            newest = -1
+            for frame in reader.feed(data):
+                if isinstance(frame, SlaveAck):
+                    newest = frame.offset
+                else:
+                    slave.replica_id = frame.replica_id
+                    slave.learner = frame.async_learner
+                    slave.sync_from_last_file = frame.sync_from_last_file
+                    log.info("slave %s is replica %d%s", slave.peer, frame.replica_id,
+                             " (async learner)" if frame.async_learner else "")
+                    handshake.set()
+            if newest >= 0:
+                if slave.request_offset < 0:
+                    slave.request_offset = newest
+                    log.info("slave %s (replica %s) asks from offset %d", slave.peer, slave.replica_id, newest)
+                self._ack(slave, newest)
+
+    async def _transfer_autoswitch(self, stream: trio.SocketStream, slave: SlaveConnection, handshake: trio.Event) -> None:
+        store = self.store
+        epochs = self.epochs
+        assert epochs is not None and self.confirm_source is not None
+        confirm_source = self.confirm_source
+        await handshake.wait()
+        last = epochs.last
+        await stream.send_all(autoswitch.pack_master_handshake(store.commit_log.max_offset, last.epoch, epochs.entries))
+        while slave.request_offset < 0:
+            await trio.sleep(0.01)
+        if slave.request_offset == 0:
+            # 5.x: from the last file's start with isSyncFromLastFile, else from the oldest byte the master holds
+            top = store.commit_log.max_offset
+            slave.next_offset = top - top % self.file_size if slave.sync_from_last_file else store.commit_log.min_offset
+        else:
+            slave.next_offset = slave.request_offset
+        sent_confirm = -1
+        last_write = trio.current_time()
+        while True:
+            if self.appended.is_set():
+                self.appended = trio.Event()
+            entry, end = epochs.at(slave.next_offset)
+            limit = self.batch if end < 0 else min(self.batch, end - slave.next_offset)
+            data = store.get_commit_log_data(slave.next_offset, limit) if limit > 0 else None
+            if data is not None:
+                payload = bytes(data)
+                sent_confirm = confirm_source()
+                await stream.send_all(autoswitch.pack_transfer(slave.next_offset, len(payload), entry, sent_confirm) + payload)
+                slave.next_offset += len(payload)
+                last_write = trio.current_time()
+                continue
+            if store.commit_log.max_offset > slave.next_offset and store.commit_log.queue.find(slave.next_offset) is None:
+                slave.next_offset += self.file_size - slave.next_offset % self.file_size
+                continue
+            idle = trio.current_time() - last_write
+            confirm = confirm_source()
+            if idle >= self.heartbeat or confirm != sent_confirm:
+                # a heartbeat, or the confirm offset moved with nothing to send
+                sent_confirm = confirm
+                await stream.send_all(autoswitch.pack_transfer(slave.next_offset, 0, entry, confirm))
                 last_write = trio.current_time()
                 continue
             with trio.move_on_after(self.heartbeat - idle):

@@ -7,21 +7,28 @@ after connecting, as 4.x does) and after every append, checks each header's offs
 closes the connection and reconnects) and appends through the store's raw append, which builds the slave's own
 consume queues and index. The appends run on the event loop like every other store write: each is at most one
 transfer batch (32 KiB) into the memory-mapped file.
+
+A failover group's slave speaks 5.x's AutoSwitch framing instead (:class:`AutoSwitchSession`, frames in
+autoswitch.py): its handshake names its replica id, the master's answer (epoch entries) is checked by the failover
+plugin before the first ACK, and the confirm offset of every transfer header moves the slave's read bound.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import attrs
 import trio
 
+from pyrmq.plugins.broker.ha import autoswitch
+from pyrmq.plugins.broker.ha.autoswitch import MasterFrameReader, MasterHandshake
 from pyrmq.plugins.broker.ha.master import HEADER, OFFSET
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.errors import RemotingError
+from pyrmq.remoting.errors import ProtocolError, RemotingError
 from pyrmq.store.config_files import DelayOffsetFile, config_path
 
 log = logging.getLogger("pyrmq.broker.ha")
@@ -30,11 +37,23 @@ CONNECT_TIMEOUT = 3.0
 RECONNECT_PAUSE = 5.0  # HAClient waits 5 s after a failed connect
 
 
+@attrs.frozen
+class AutoSwitchFollower:
+    """What a failover replica gives its HA client: its id (the handshake's slaveBrokerId), a check of the master's
+    handshake answer (returns why it cannot follow, or None; it may truncate the store before the first ACK), and
+    where each transfer header's confirm offset goes (already capped at the slave's own end)."""
+
+    replica_id: int
+    check_handshake: Callable[[MasterHandshake], Awaitable[str | None]]
+    confirmed: Callable[[int], None]
+
+
 class HASlave:
-    def __init__(self, store: Any, settings: Any, master_ha_addr: Callable[[], str], *, replica_id: int | None = None) -> None:
+    def __init__(self, store: Any, settings: Any, master_ha_addr: Callable[[], str], *,
+                 follower: AutoSwitchFollower | None = None) -> None:
         self.store = store
-        #: automatic failover: announced to the master first (as -(id + 1)), then the offset reported at once
-        self.replica_id = replica_id
+        #: automatic failover: the AutoSwitch wire instead of the 4.x one
+        self.follower = follower
         self.settings = settings
         self.master_ha_addr = master_ha_addr
         self.heartbeat = settings.haSendHeartbeatInterval / 1000
@@ -64,12 +83,16 @@ class HASlave:
             log.info("connected to HA master %s (own max offset %d)", addr, self.store.commit_log.max_offset)
             try:
                 async with stream, trio.open_nursery() as nursery:
-                    state = _Session(self, stream, nursery.cancel_scope)
-                    if self.replica_id is not None:
-                        await stream.send_all(OFFSET.pack(-self.replica_id - 1))
-                        await state._report(self.store.commit_log.max_offset)
+                    if self.follower is None:
+                        state = _Session(self, stream, nursery.cancel_scope)
+                    else:
+                        state = AutoSwitchSession(self, stream, nursery.cancel_scope, self.follower)
+                        if not await state.handshake():
+                            raise ProtocolError("AutoSwitch HA: the master's handshake was refused")
                     nursery.start_soon(state.report_loop)
                     nursery.start_soon(state.read_loop)
+            except* ProtocolError as group:
+                log.warning("HA master %s: %s: connection closed", addr, group.exceptions[0])
             except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
                 # the nursery wraps the reader's or the reporter's error (a master killed with our reports unread
                 # resets the connection)
@@ -147,6 +170,83 @@ class _Session:
             del buffer[:pos]
             if appended:
                 self._report_now.set()
+
+
+class AutoSwitchSession(_Session):
+    """One connection to a failover group's master on the AutoSwitch wire."""
+
+    def __init__(self, slave: HASlave, stream: trio.SocketStream, scope: trio.CancelScope,
+                 follower: AutoSwitchFollower) -> None:
+        super().__init__(slave, stream, scope)
+        self.follower = follower
+        self.reader = MasterFrameReader()
+
+    async def _report(self, offset: int) -> None:
+        await self.stream.send_all(autoswitch.pack_ack(offset))
+        self.reported = offset
+        self.last_write = trio.current_time()
+
+    async def handshake(self) -> bool:
+        """Send the handshake, check the master's answer (the follower may truncate), ACK the own max offset.
+        False when the follower refuses this master (the connection closes)."""
+        follower = self.follower
+        # isSyncFromLastFile 0 (5.x's default): an empty replica copies the master's whole log, so that it holds
+        # what consumers may still read when it is elected
+        await self.stream.send_all(autoswitch.pack_slave_handshake(follower.replica_id, sync_from_last_file=False))
+        got = None
+        with trio.move_on_after(self.slave.housekeeping):
+            while (got := self.reader.next_frame()) is None:
+                data = await self.stream.receive_some(64 * 1024)
+                if not data:
+                    raise ProtocolError("AutoSwitch HA: the master closed before its HANDSHAKE answer")
+                self.reader.feed(data)
+        if got is None:
+            raise ProtocolError(f"AutoSwitch HA: no HANDSHAKE answer within {self.slave.housekeeping:.0f} s")
+        frame, _ = got
+        if not isinstance(frame, MasterHandshake):
+            raise ProtocolError("AutoSwitch HA: the master's first frame is not its HANDSHAKE")
+        refusal = await follower.check_handshake(frame)
+        if refusal is not None:
+            log.error("HA: not following the master at %s: %s", self.slave.connected_to, refusal)
+            return False
+        self.slave.master_offset = frame.max_offset
+        await self._report(self.store.commit_log.max_offset)
+        return True
+
+    async def read_loop(self) -> None:
+        reader = self.reader
+        confirmed = self.follower.confirmed
+        store = self.store
+        while True:
+            appended = False
+            while (got := reader.next_frame()) is not None:
+                header, body = got
+                if not isinstance(header, autoswitch.TransferHeader):
+                    raise ProtocolError("AutoSwitch HA: a second HANDSHAKE from the master")
+                own = store.commit_log.max_offset
+                if own != 0 and own != header.offset:
+                    log.error("HA: master sent offset %d, slave's max offset is %d: reconnecting", header.offset, own)
+                    self.scope.cancel()
+                    return
+                self.slave.master_offset = header.offset + header.size
+                if header.size:
+                    if not store.append_raw(header.offset, body):
+                        log.error("HA: the store refused %d bytes at offset %d (own max %d): reconnecting",
+                                  header.size, header.offset, own)
+                        self.scope.cancel()
+                        return
+                    appended = True
+                # the master's confirm offset, never beyond what this replica holds (AutoSwitchHAClient does the same)
+                end = store.commit_log.max_offset
+                confirmed(header.confirm_offset if header.confirm_offset < end else end)
+            if appended:
+                self._report_now.set()
+            data = await self.stream.receive_some(256 * 1024)
+            if not data:
+                log.info("HA master closed the connection")
+                self.scope.cancel()
+                return
+            reader.feed(data)
 
 
 class MetadataSync:
