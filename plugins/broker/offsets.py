@@ -55,6 +55,21 @@ class ConsumerOffsetManager:
             del self.table[key]
             self.dirty = True
 
+    def clamp(self, max_offset: Callable[[str, int], int]) -> int:
+        """Lower every committed offset beyond its queue's end (``max_offset(topic, queue_id)``) to that end: a
+        failover replica whose commit log was truncated to the elected master's history. Returns how many moved."""
+        moved = 0
+        for key, per_queue in self.table.items():
+            topic = key.partition(TOPIC_GROUP_SEPARATOR)[0]  # topic names never hold '@' (TopicValidator)
+            for queue_id, offset in per_queue.items():
+                end = max_offset(topic, queue_id)
+                if offset > end:
+                    per_queue[queue_id] = end
+                    moved += 1
+        if moved:
+            self.dirty = True
+        return moved
+
     def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         self.table[f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"] = dict(offsets)
         self.dirty = True

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from pyrmq.plugins.broker.offsets import ConsumerOffsetManager
 from pyrmq.store import MessageRecord, MessageStore, StoreError
 from pyrmq.store.format import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
@@ -202,6 +203,12 @@ def test_a_failover_replica_is_read_only_cuts_a_half_record_and_truncates_to_an_
         assert len(read_all(replica, "TopicTest", 0)) == 6
         assert replica.query_message("TopicTest", "k8", 32, 0, 2**62).buffers == []
         assert len(replica.query_message("TopicTest", "k5", 32, 0, 2**62).buffers) == 1
+        # consumer offsets committed past the cut point at the new end; the others stay (issue 16: "clamped")
+        offsets = ConsumerOffsetManager()
+        offsets.commit("shop", "TopicTest", 0, 9)
+        offsets.commit("audit", "TopicTest", 0, 4)
+        assert offsets.clamp(replica.get_max_offset_in_queue) == 1
+        assert (offsets.query("shop", "TopicTest", 0), offsets.query("audit", "TopicTest", 0)) == (6, 4)
         # it follows the elected master from there, byte for byte
         offset = ends[5]
         while offset < master.max_phy_offset:

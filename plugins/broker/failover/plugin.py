@@ -476,6 +476,9 @@ class FailoverReplicator:
             self.readable = min(self.readable, store.commit_log.max_offset)
             log.warning("replica %d: %d bytes after offset %d were never part of the master's history (%s): "
                         "truncated", self.me, dropped, point, source)
+            moved = self.ctx.offsets.clamp(store.get_max_offset_in_queue)
+            if moved:
+                log.warning("replica %d: %d consumer offsets pointed past the truncated queues: clamped", self.me, moved)
 
     def _handshake_check(self, epoch: int, prior: int, etcd_point: int | None) -> Any:
         """The check of the followed master's AutoSwitch handshake, before this replica's first ACK."""
