@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 
 from .config import StoreConfig
-from .dispatch import DispatchRequest
+from .dispatch import DispatchBatch, DispatchRequest
 from .format import (
     INDEX_ENTRY,
     INDEX_HEADER,
@@ -492,6 +492,44 @@ class IndexDispatcher:
             else:
                 continue
             ts = request.store_timestamp
+            for key in todo:
+                if len(key) > _TAIL and key.isascii():
+                    h = by_topic.get(key[:-_TAIL])
+                    c = chunks.get(key[-_TAIL:])
+                    h = hasher.unsigned(topic, key) if h is None or c is None else (h * _P_TAIL + c) & _MASK
+                elif key:
+                    h = hasher.unsigned(topic, key)
+                else:
+                    continue
+                append(((0 if h == 0x80000000 else 0x100000000 - h) if h & 0x80000000 else h, offset, ts))
+        self._last_offset = last
+        if len(pending) >= self.BULK:
+            self.drain()
+
+    def dispatch_columns(self, batch: DispatchBatch) -> None:
+        """:meth:`dispatch_batch` for a batch put's records as columns (one store timestamp)."""
+        if (batch.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
+            return
+        topic = batch.topic
+        hasher = self.hasher
+        by_topic = hasher.prefixes(topic)
+        chunks = hasher.chunks
+        last = self._last_offset
+        pending = self._pending
+        append = pending.append
+        ts = batch.store_timestamp
+        for offset, keys, uniq_key in zip(batch.offsets, batch.keys, batch.uniq_keys):
+            if offset <= last:
+                continue  # already indexed
+            last = offset
+            if keys:
+                todo = keys.split(KEY_SEPARATOR)
+                if uniq_key:
+                    todo.insert(0, uniq_key)  # Java's order: the UNIQ_KEY first
+            elif uniq_key:
+                todo = (uniq_key,)
+            else:
+                continue
             for key in todo:
                 if len(key) > _TAIL and key.isascii():
                     h = by_topic.get(key[:-_TAIL])
