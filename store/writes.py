@@ -111,7 +111,7 @@ class StoreWrites:
         if not records:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
         try:
-            res, written, sys_flag = self.commit_log.append_batch(records)
+            res, sizes, sys_flag = self.commit_log.append_batch(records)
         except AppendRejected as exc:
             return exc.result()
         except OSError as exc:
@@ -130,9 +130,8 @@ class StoreWrites:
             tags_codes.append(tags_code)
             keys.append(properties.get(PROPERTY_KEYS))
             uniq_keys.append(properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
-        offsets, sizes, _queue_offsets, _raw = zip(*written)
         self.dispatchers.dispatch_columns(DispatchBatch(
-            records[0].topic, records[0].queue_id, sys_flag, res.store_timestamp, res.queue_offset, offsets, sizes,
+            records[0].topic, records[0].queue_id, sys_flag, res.store_timestamp, res.queue_offset, res.offsets, sizes,
             tags_codes, keys, uniq_keys, props,
         ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
@@ -157,7 +156,7 @@ class StoreWrites:
         if not entries:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
         try:
-            res, written, sys_flag = self.commit_log.append_entries(
+            res, sizes, sys_flag = self.commit_log.append_entries(
                 topic, queue_id, entries, sys_flag, born_timestamp, born_host, store_host, reconsume_times
             )
         except AppendRejected as exc:
@@ -166,7 +165,7 @@ class StoreWrites:
             log.exception("batch append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
         codes = self._tags_codes
-        offsets, sizes, _queue_offsets, raw = zip(*written)
+        raw = [props for _flag, _body, props in entries]
         tags_codes = []
         keys = []
         uniq_keys = []
@@ -182,7 +181,7 @@ class StoreWrites:
             keys.append(found.get(PROPERTY_KEYS) or None)
             uniq_keys.append(found.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None)
         self.dispatchers.dispatch_columns(DispatchBatch(
-            topic, queue_id, sys_flag, res.store_timestamp, res.queue_offset, offsets, sizes, tags_codes, keys,
+            topic, queue_id, sys_flag, res.store_timestamp, res.queue_offset, res.offsets, sizes, tags_codes, keys,
             uniq_keys, None, raw,
         ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
