@@ -45,6 +45,15 @@ from .results import AppendMessageResult, PutMessageResult, PutMessageStatus
 log = logging.getLogger(__name__)
 
 _crc32 = zlib.crc32
+#: where the header fields a batch's records share start (SYSFLAG; the 36 bytes before are the record's own)
+_SHARED_AT = 36
+#: ``pack_into`` of a batch record's header (its own fields, the shared bytes, BODYLENGTH) by shared length
+_BATCH_HEADERS: dict[int, Callable[..., None]] = {}
+
+
+def _batch_header(shared_len: int) -> Callable[..., None]:
+    pack = _BATCH_HEADERS[shared_len] = struct.Struct(f">iIiiiqq{shared_len}si").pack_into
+    return pack
 _SHORT_pack_into = SHORT.pack_into
 _INT_pack_into = INT.pack_into
 
@@ -219,11 +228,10 @@ class CommitLog:
             self.topic_queue_table[key] = queue_offset + 1
         return AppendMessageResult(phys, size, queue_offset, now, store_ip, store_port), sys_flag, props
 
-    def append_batch(self, records: Sequence[MessageRecord]) -> tuple[AppendMessageResult, list[tuple], int]:
+    def append_batch(self, records: Sequence[MessageRecord]) -> tuple[AppendMessageResult, list[int], int]:
         """Append records of one topic-queue with consecutive queue offsets, all in one segment (spec 5.8).
 
-        Returns the result, per record ``(offset, size, queue_offset, properties_bytes)``, and the stored sys flag.
-        """
+        Returns what :meth:`append_entries` returns."""
         first = records[0]
         topic = first.topic
         queue_id = first.queue_id
@@ -252,14 +260,15 @@ class CommitLog:
         born_host: tuple[str, int],
         store_host: tuple[str, int],
         reconsume_times: int = 0,
-    ) -> tuple[AppendMessageResult, list[tuple], int]:
+    ) -> tuple[AppendMessageResult, list[int], int]:
         """Append a batch given as ``(flag, body, stored properties bytes)`` entries that share every other header
         field: the batch path of the broker, which never builds a record object per message. One topic-queue,
         consecutive queue offsets, one segment; each header is packed in place in the segment, the bodies are
         copied straight from the request (a memoryview of it does).
 
-        Returns the result, per entry ``(offset, size, queue_offset, properties_bytes)``, and the stored sys flag.
-        Raises :class:`AppendRejected` (nothing written) for a transactional or oversized batch."""
+        Returns the result (``offsets``: each record's commit-log offset; queue offsets follow ``queue_offset`` one
+        by one), each record's size, and the stored sys flag. Raises :class:`AppendRejected` (nothing written) for
+        a transactional or oversized batch."""
         tb = self._topic_cache.get(topic) or self._topic_bytes(topic)
         tlen = len(tb)
         born_ip, born_port, born_v6 = pack_host(born_host)
@@ -295,10 +304,19 @@ class CommitLog:
         pos = first_pos = mf.wrote_position
         base = mf.file_from_offset
         now = self.clock()
-        out = []
-        append = out.append
-        pack_into = st.pack_into
+        # the header fields every record of the batch shares (SYSFLAG .. PREPAREDTRANSACTIONOFFSET) packed once:
+        # each record's header is then one pack of its own fields around those bytes
+        shared = st.pack(
+            0, MESSAGE_MAGIC_CODE, 0, queue_id, 0, 0, 0, sys_flag, born_timestamp, born_ip, born_port, now, store_ip,
+            store_port, reconsume_times, 0, 0,
+        )[_SHARED_AT : hsize - 4]
+        pack_into = _BATCH_HEADERS.get(len(shared)) or _batch_header(len(shared))
+        offsets: list[int] = []
+        sizes: list[int] = []
+        add_offset = offsets.append
+        add_size = sizes.append
         short_pack = SHORT.pack
+        tails: dict[int, bytes] = {}  # topic + properties length, by properties length
         crc32 = _crc32
         first_size = 0
         for flag, body, props in entries:
@@ -313,13 +331,17 @@ class CommitLog:
                 size_field = size
             pack_into(
                 mm, pos, size_field, MESSAGE_MAGIC_CODE, crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset, phys,
-                sys_flag, born_timestamp, born_ip, born_port, now, store_ip, store_port, reconsume_times, 0, body_len,
+                shared, body_len,
             )
             p = pos + hsize
             mm[p : p + body_len] = body
             p += body_len
-            mm[p : pos + size] = tb + short_pack(plen) + props
-            append((phys, size, queue_offset, props))
+            tail = tails.get(plen)
+            if tail is None:
+                tail = tails[plen] = tb + short_pack(plen)
+            mm[p : pos + size] = tail + props
+            add_offset(phys)
+            add_size(size)
             pos += size
             queue_offset += 1
         # the first record's TOTALSIZE goes last: a batch a crash interrupted is all-or-nothing for recovery
@@ -327,10 +349,8 @@ class CommitLog:
         mf.wrote_position = pos
         mf.store_timestamp = now
         self.topic_queue_table[key] = queue_offset
-        result = AppendMessageResult(
-            base + first_pos, total, first_qoff, now, store_ip, store_port, len(out), [o[0] for o in out]
-        )
-        return result, out, sys_flag
+        result = AppendMessageResult(base + first_pos, total, first_qoff, now, store_ip, store_port, len(offsets), offsets)
+        return result, sizes, sys_flag
 
     # -- reads -------------------------------------------------------------------------------------------------
     def get_data(self, offset: int, size: int) -> memoryview | None:

@@ -11,10 +11,11 @@ import logging
 import os
 import shutil
 import struct
+from itertools import chain
 from collections.abc import Callable, Iterator, Sequence
 
 from .config import CQ_STORE_UNIT_SIZE, StoreConfig
-from .dispatch import DispatchRequest
+from .dispatch import DispatchBatch, DispatchRequest
 from .format import (
     CQ_BLANK_UNIT,
     CQ_UNIT,
@@ -33,6 +34,7 @@ _unpack_from = CQ_UNIT.unpack_from
 BLANK_SIZE = 0x7FFFFFFF
 #: the struct of ``n`` consecutive units, by ``n`` (a batch writes its units with one pack)
 _RUNS: dict[int, struct.Struct] = {}
+_chain = chain.from_iterable
 MAX_RUN = 1024
 
 
@@ -157,6 +159,30 @@ class ConsumeQueue:
         put = self.put_unit
         for r in requests:
             put(r.commit_log_offset, r.msg_size, r.tags_code, r.queue_offset)
+
+    def put_columns(self, queue_offset: int, offsets: Sequence[int], sizes: Sequence[int], tags_codes: Sequence[int]) -> None:
+        """:meth:`put_units` for a batch given as columns (:class:`~pyrmq.store.dispatch.DispatchBatch`): the units
+        of queue offsets ``queue_offset``, ``queue_offset + 1`` ... in one pack when they follow the queue's end in
+        its current file, :meth:`put_unit` each otherwise."""
+        n = len(offsets)
+        mf = self._current
+        if (
+            n <= MAX_RUN
+            and offsets[0] + sizes[0] > self.max_physic_offset
+            and mf is not None
+            and mf.file_from_offset + mf.wrote_position == queue_offset * UNIT
+            and mf.wrote_position + n * UNIT <= self.file_size
+        ):
+            run = _RUNS.get(n)
+            if run is None:
+                run = _RUNS[n] = struct.Struct(">" + "qiq" * n)
+            run.pack_into(mf.mm, mf.wrote_position, *_chain(zip(offsets, sizes, tags_codes)))
+            mf.wrote_position += n * UNIT
+            self.max_physic_offset = offsets[-1] + sizes[-1]
+            return
+        put = self.put_unit
+        for i, (offset, size, tags_code) in enumerate(zip(offsets, sizes, tags_codes)):
+            put(offset, size, tags_code, queue_offset + i)
 
     def _position_for(self, expected: int) -> MappedFile | None:
         """Slow path: first file, roll-over, duplicate or gap."""
@@ -409,6 +435,13 @@ class ConsumeQueueDispatcher:
             return
         cq = self._table.get((first.topic, first.queue_id)) or self.queues.find_or_create(first.topic, first.queue_id)
         cq.put_units(requests)
+
+    def dispatch_columns(self, batch: DispatchBatch) -> None:
+        """A batch put's records as columns: one queue lookup, then :meth:`ConsumeQueue.put_columns`."""
+        if batch.sys_flag & TRANSACTION_TYPE_MASK in NO_QUEUE_UNIT:
+            return
+        cq = self._table.get((batch.topic, batch.queue_id)) or self.queues.find_or_create(batch.topic, batch.queue_id)
+        cq.put_columns(batch.queue_offset, batch.offsets, batch.sizes, batch.tags_codes)
 
     def has_dispatched(self, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int, sys_flag: int) -> bool:
         if sys_flag & TRANSACTION_TYPE_MASK in NO_QUEUE_UNIT:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import bisect
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -86,6 +86,70 @@ class DispatchRequest:
                 f"{self.commit_log_offset}, msg_size={self.msg_size}, queue_offset={self.queue_offset})")
 
 
+class DispatchBatch:
+    """The records of one batch append as columns: one topic-queue, consecutive queue offsets from
+    ``queue_offset``, one store timestamp and sys flag, and per record (same index in each list) its commit-log
+    offset, size, tags code, KEYS, UNIQ_KEY and properties (``properties``: the dicts, or ``properties_bytes``:
+    still encoded, the other None). The store's own dispatchers read the columns (``dispatch_columns``); a
+    dispatcher that takes records gets :meth:`requests`, built once per batch and only if one asks."""
+
+    __slots__ = (
+        "topic", "queue_id", "sys_flag", "store_timestamp", "queue_offset", "offsets", "sizes", "tags_codes", "keys",
+        "uniq_keys", "properties", "properties_bytes", "_requests",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        queue_id: int,
+        sys_flag: int,
+        store_timestamp: int,
+        queue_offset: int,
+        offsets: Sequence[int],
+        sizes: Sequence[int],
+        tags_codes: Sequence[int],
+        keys: Sequence[str | None],
+        uniq_keys: Sequence[str | None],
+        properties: Sequence[dict[str, str]] | None = None,
+        properties_bytes: Sequence[bytes] | None = None,
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.sys_flag = sys_flag
+        self.store_timestamp = store_timestamp
+        self.queue_offset = queue_offset
+        self.offsets = offsets
+        self.sizes = sizes
+        self.tags_codes = tags_codes
+        self.keys = keys
+        self.uniq_keys = uniq_keys
+        self.properties = properties
+        self.properties_bytes = properties_bytes
+        self._requests: list[DispatchRequest] | None = None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def requests(self) -> list[DispatchRequest]:
+        """One :class:`DispatchRequest` per record (built on the first call; a batch stores no prepared offset)."""
+        out = self._requests
+        if out is None:
+            topic, queue_id, sys_flag, ts, qoff = (
+                self.topic, self.queue_id, self.sys_flag, self.store_timestamp, self.queue_offset,
+            )
+            n = len(self.offsets)
+            props = self.properties or (None,) * n
+            raw = self.properties_bytes or (None,) * n
+            out = self._requests = [
+                DispatchRequest(topic, queue_id, offset, size, tags_code, ts, qoff + i, keys, uniq_key, sys_flag, 0,
+                                p, False, b)
+                for i, (offset, size, tags_code, keys, uniq_key, p, b) in enumerate(
+                    zip(self.offsets, self.sizes, self.tags_codes, self.keys, self.uniq_keys, props, raw)
+                )
+            ]
+        return out
+
+
 @runtime_checkable
 class Dispatcher(Protocol):
     name: str
@@ -94,7 +158,9 @@ class Dispatcher(Protocol):
 
     def dispatch(self, request: DispatchRequest) -> None: ...
 
-    # optional: ``dispatch_batch(requests)``, the requests of one batch append in one call (Dispatchers.dispatch_batch)
+    # optional: ``dispatch_batch(requests)``, the requests of one batch append in one call (Dispatchers.dispatch_batch);
+    # ``dispatch_columns(batch)``, a batch append as a DispatchBatch (Dispatchers.dispatch_columns: what the store's
+    # batch puts call), without a request per record
 
 
 class RecoverableDispatcher(Dispatcher, Protocol):
@@ -122,6 +188,9 @@ class Dispatchers:
         #: per dispatcher, in the same order, what a batch append calls with all its requests: the dispatcher's
         #: own ``dispatch_batch`` when it has one, else its ``dispatch`` once per request
         self.batch_calls: tuple[Callable[[list[DispatchRequest]], None], ...] = ()
+        #: per dispatcher, in the same order, what a batch put calls with its :class:`DispatchBatch`: the
+        #: dispatcher's own ``dispatch_columns`` when it has one, else its batch call with ``batch.requests()``
+        self.column_calls: tuple[Callable[[DispatchBatch], None], ...] = ()
         for d in (queue, *others):
             self.add(d)
 
@@ -137,6 +206,9 @@ class Dispatchers:
         self._list.insert(at, dispatcher)
         self.calls = tuple(d.dispatch for d in self._list)
         self.batch_calls = tuple(getattr(d, "dispatch_batch", None) or self._one_by_one(d.dispatch) for d in self._list)
+        self.column_calls = tuple(
+            getattr(d, "dispatch_columns", None) or _from_columns(many) for d, many in zip(self._list, self.batch_calls)
+        )
 
     def _one_by_one(self, call: Callable[[DispatchRequest], None]) -> Callable[[list[DispatchRequest]], None]:
         def each(requests: list[DispatchRequest]) -> None:
@@ -160,6 +232,16 @@ class Dispatchers:
                 if self.failed(call, requests[0]):
                     raise
 
+    def dispatch_columns(self, batch: DispatchBatch) -> None:
+        """Hand one batch append to every dispatcher in order, as columns to those that read them
+        (``dispatch_columns``), as requests to the others. Failures as for single records."""
+        for columns, call in zip(self.column_calls, self.calls):
+            try:
+                columns(batch)
+            except Exception:
+                if self.failed(call, batch.requests()[0]):
+                    raise
+
     def failed(self, call: Callable[[DispatchRequest], None], request: DispatchRequest) -> bool:
         """Called from the ``except`` block of a failed ``call``: True for the consume-queue dispatcher (the caller
         re-raises), otherwise logs the error and returns False."""
@@ -180,6 +262,13 @@ class Dispatchers:
 
     def __repr__(self) -> str:
         return "Dispatchers(" + ", ".join(f"{d.name}:{d.order}" for d in self._list) + ")"
+
+
+def _from_columns(many: Callable[[list[DispatchRequest]], None]) -> Callable[[DispatchBatch], None]:
+    def requests(batch: DispatchBatch) -> None:
+        many(batch.requests())
+
+    return requests
 
 
 @runtime_checkable

@@ -161,6 +161,7 @@ class MappedFileQueue:
             elif mf.file_from_offset <= offset:
                 pos = offset - mf.file_from_offset
                 mf.zero_from(pos)
+                os.fdatasync(mf.fd)  # the cleared tail lies past the written range a flush syncs
                 mf.set_positions(pos)
                 keep.append(mf)
             else:

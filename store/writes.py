@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 
 from .commitlog import AppendRejected, CommitLog
-from .dispatch import Dispatchers, DispatchRequest
+from .dispatch import DispatchBatch, Dispatchers, DispatchRequest
 from .flush import FlushPolicy, FlushTarget
 from .format import (
     NAME_VALUE_SEPARATOR,
@@ -111,28 +111,29 @@ class StoreWrites:
         if not records:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
         try:
-            res, written, sys_flag = self.commit_log.append_batch(records)
+            res, sizes, sys_flag = self.commit_log.append_batch(records)
         except AppendRejected as exc:
             return exc.result()
         except OSError as exc:
             log.exception("batch append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        now = res.store_timestamp
         codes = self._tags_codes
-        requests = []
-        append = requests.append
-        for record, (offset, size, queue_offset, _props) in zip(records, written):
-            properties = record.properties
+        tags_codes = []
+        keys = []
+        uniq_keys = []
+        props = [record.properties for record in records]
+        for record, properties in zip(records, props):
             tags_code = record.tags_code
             if tags_code is None:
                 tags = properties.get(PROPERTY_TAGS)
                 tags_code = (codes.get(tags) or self._tags_code(tags)) if tags else 0
-            append(DispatchRequest(
-                record.topic, record.queue_id, offset, size, tags_code, now, queue_offset,
-                properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
-                0, properties,  # a batch stores no prepared offset
-            ))
-        self.dispatchers.dispatch_batch(requests)
+            tags_codes.append(tags_code)
+            keys.append(properties.get(PROPERTY_KEYS))
+            uniq_keys.append(properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
+        self.dispatchers.dispatch_columns(DispatchBatch(
+            records[0].topic, records[0].queue_id, sys_flag, res.store_timestamp, res.queue_offset, res.offsets, sizes,
+            tags_codes, keys, uniq_keys, props,
+        ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def put_entries(
@@ -155,7 +156,7 @@ class StoreWrites:
         if not entries:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
         try:
-            res, written, sys_flag = self.commit_log.append_entries(
+            res, sizes, sys_flag = self.commit_log.append_entries(
                 topic, queue_id, entries, sys_flag, born_timestamp, born_host, store_host, reconsume_times
             )
         except AppendRejected as exc:
@@ -163,11 +164,12 @@ class StoreWrites:
         except OSError as exc:
             log.exception("batch append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        now = res.store_timestamp
         codes = self._tags_codes
-        requests = []
-        append = requests.append
-        for offset, size, queue_offset, props in written:
+        raw = [props for _flag, _body, props in entries]
+        tags_codes = []
+        keys = []
+        uniq_keys = []
+        for props in raw:
             # one decode and split per message (find_property's rules: a later duplicate wins, empty is absent)
             found = {}
             for item in props.decode("utf-8", "replace").split(PROPERTY_SEPARATOR):
@@ -175,12 +177,13 @@ class StoreWrites:
                 if sep:
                     found[name] = value
             tags = found.get(PROPERTY_TAGS)
-            append(DispatchRequest(
-                topic, queue_id, offset, size, (codes.get(tags) or self._tags_code(tags)) if tags else 0, now,
-                queue_offset, found.get(PROPERTY_KEYS) or None, found.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None,
-                sys_flag, 0, None, False, props,
-            ))
-        self.dispatchers.dispatch_batch(requests)
+            tags_codes.append((codes.get(tags) or self._tags_code(tags)) if tags else 0)
+            keys.append(found.get(PROPERTY_KEYS) or None)
+            uniq_keys.append(found.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None)
+        self.dispatchers.dispatch_columns(DispatchBatch(
+            topic, queue_id, sys_flag, res.store_timestamp, res.queue_offset, res.offsets, sizes, tags_codes, keys,
+            uniq_keys, None, raw,
+        ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def _dispatch_appended(

@@ -117,6 +117,13 @@ class PullRequestHoldService:
                 self._wake.set()
                 return
 
+    def dispatch_columns(self, batch: Any) -> None:
+        """A batch put (:class:`~pyrmq.store.dispatch.DispatchBatch`): its records one by one only when pulls of
+        its queue are parked."""
+        if self.parked and self.parked.get(f"{batch.topic}@{batch.queue_id}"):
+            for request in batch.requests():
+                self.dispatch(request)
+
     def filter_changed(self, topic: str, group: str) -> None:
         """A group's registered filter of ``topic`` changed (a heartbeat with a new expression): its parked pulls are
         executed again with the new filter, and park again if nothing matches it."""

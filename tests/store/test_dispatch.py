@@ -9,7 +9,7 @@ import pytest
 
 from pyrmq.plugins.broker.offsets import ConsumerOffsetManager
 from pyrmq.store import MessageRecord, MessageStore, StoreError
-from pyrmq.store.format import TRANSACTION_COMMIT_TYPE, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
+from pyrmq.store.format import TRANSACTION_COMMIT_TYPE, encode_properties, TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE
 
 from .conftest import read_all, record, small_config
 
@@ -58,6 +58,50 @@ def test_put_message_and_put_messages_dispatch_each_record_once_in_order(tmp_pat
         assert [m.body for m in read_all(store, "TopicTest", 1)] == [b"a", b"b", b"c"]
     finally:
         store.close()
+
+
+class Requests:
+    """A feature's dispatcher that takes records: keeps every request it is handed."""
+
+    def __init__(self, name, order):
+        self.name, self.order, self.requests = name, order, []
+
+    def dispatch(self, request):
+        self.requests.append(request)
+
+
+def test_a_batch_put_reaches_a_dispatcher_that_takes_records_as_one_request_a_record(tmp_path):
+    # the batch puts hand the store's own dispatchers columns (DispatchBatch); a feature's dispatcher without
+    # dispatch_columns still gets one request per record, with what put_message would have given it
+    single, entries = Requests("single", 20), Requests("entries", 20)
+    stores = [MessageStore(small_config(tmp_path / name), dispatchers=[d]) for name, d in (("a", single), ("b", entries))]
+    for store in stores:
+        store.load()
+    try:
+        props = [{"TAGS": "TagA", "KEYS": "order-1 order-2", "UNIQ_KEY": "7F0000010FA318B4AAC200000000000A"},
+                 {"UNIQ_KEY": "7F0000010FA318B4AAC200000000000B", "color": "red"}, {"TAGS": "TagB", "KEYS": "order-3"}]
+        records = [MessageRecord("T", 3, b"body%d" % i, properties=p, born_timestamp=1, born_host=("10.0.0.2", 1),
+                                 store_host=("10.0.0.1", 2)) for i, p in enumerate(props)]
+        for r in records:
+            assert stores[0].put_message(r).is_ok
+        entry_list = [(0, r.body, r.properties_bytes or encode_properties(r.properties).encode()) for r in records]
+        result = stores[1].put_entries("T", 3, entry_list, 0, 1, ("10.0.0.2", 1), ("10.0.0.1", 2))
+        assert result.is_ok
+        assert len(entries.requests) == 3
+        for a, b in zip(single.requests, entries.requests):
+            assert (a.topic, a.queue_id, a.commit_log_offset, a.msg_size, a.tags_code, a.queue_offset, a.keys or None,
+                    a.uniq_key, a.sys_flag, a.properties) == (
+                    b.topic, b.queue_id, b.commit_log_offset, b.msg_size, b.tags_code, b.queue_offset, b.keys,
+                    b.uniq_key, b.sys_flag, b.properties)
+        assert {b.store_timestamp for b in entries.requests} == {result.append.store_timestamp}
+        # and the store's own dispatchers indexed and queued the batch
+        everything = (0, 2**62)
+        assert len(stores[1].query_message("T", "order-2", 32, *everything).buffers) == 1
+        assert len(stores[1].query_message("T", "7F0000010FA318B4AAC200000000000B", 32, *everything).buffers) == 1
+        assert [m.body for m in read_all(stores[1], "T", 3)] == [b"body0", b"body1", b"body2"]
+    finally:
+        for store in stores:
+            store.close()
 
 
 def test_only_the_consume_queue_skips_prepared_and_rolled_back_records(tmp_path):

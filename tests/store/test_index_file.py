@@ -92,3 +92,42 @@ def test_the_key_hasher_matches_javas_string_hash_code_for_every_shape_of_key():
             assert [hasher(topic, key) for key in keys] == expected
             assert hasher.hash_keys(topic, keys) == expected
             assert hasher.hash_keys(topic, keys) == expected  # second pass: everything from the caches
+
+
+def test_a_bulk_index_write_leaves_the_bytes_sequential_put_key_calls_leave(tmp_path):
+    # IndexService.put_many packs a run of entries with one Struct: the files must hold byte for byte what one
+    # IndexFile.put_key per entry writes, across collisions (8 slots),
+    # one store timestamp per batch, and a file that fills up (40 entries a file) and rolls to the next
+    import random
+
+    from pyrmq.store.index_file import IndexFile, IndexService
+
+    rng = random.Random(18)
+    items = []
+    for batch in range(9):
+        ts = 1_700_000_000_000 + batch * 1500
+        for _ in range(rng.randrange(1, 30)):
+            items.append((rng.randrange(0, 2**31), 1000 + len(items) * 37, ts))
+    cfg = small_config(tmp_path / "bulk", max_hash_slot_num=8, max_index_num=40)
+    service = IndexService(cfg)
+    for start in range(0, len(items), 50):
+        service.put_many(items[start : start + 50])
+    assert len(service.files) > 1
+    sequential = []
+    at = 0
+    for f in service.files:
+        ref = IndexFile(str(tmp_path / f"ref{len(sequential)}"), 8, 40, create=True)
+        if sequential:
+            prev = sequential[-1]
+            ref.begin_phy_offset, ref.begin_timestamp = prev.end_phy_offset, prev.end_timestamp
+            ref.end_phy_offset, ref.end_timestamp = prev.end_phy_offset, prev.end_timestamp
+        while at < len(items) and ref.put_key(*items[at]):
+            at += 1
+        sequential.append(ref)
+    assert at == len(items)
+    for bulk, ref in zip(service.files, sequential):
+        bulk.write_header()
+        ref.write_header()
+        assert bulk.mm[:] == ref.mm[:]
+        ref.close()
+    service.close()

@@ -80,6 +80,12 @@ class AppendNotifier:
         if master is not None and not master.appended.is_set():
             master.appended.set()
 
+    def dispatch_columns(self, batch: Any) -> None:
+        """A batch put: one wake-up for all its records."""
+        master = self.master
+        if master is not None and not master.appended.is_set():
+            master.appended.set()
+
 
 class HAMaster:
     """HA listener and transfers of a master broker; ``wait_replicated`` is what SYNC_MASTER sends await."""
