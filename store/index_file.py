@@ -12,7 +12,8 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from itertools import repeat
 
 from .config import StoreConfig
 from .dispatch import DispatchBatch, DispatchRequest
@@ -58,7 +59,7 @@ class KeyHasher:
     UTF-16 code units). Both caches are bounded and cleared when full.
 
     The unsigned 32-bit value is :meth:`unsigned`; :meth:`positive` maps it as Java does. The index's batch loop
-    (:meth:`IndexDispatcher.dispatch_batch`) inlines the cached case over :meth:`prefixes` and :attr:`chunks`."""
+    (:meth:`IndexDispatcher._queue_keys`) inlines the cached case over :meth:`prefixes` and :attr:`chunks`."""
 
     def __init__(self, max_cached: int = 65536) -> None:
         self._prefixes: dict[str, dict[str, int]] = {}
@@ -464,63 +465,31 @@ class IndexDispatcher:
 
     def dispatch_batch(self, requests: Sequence[DispatchRequest]) -> None:
         """Queue the index entries of the records of one batch append (one topic; one record for
-        :meth:`dispatch`): for each record the UNIQ_KEY, then each non-empty KEYS entry (Java's order), keyed
-        ``topic#key``, the usual key hash (see :class:`KeyHasher`) inlined."""
+        :meth:`dispatch`)."""
         first = requests[0]
         if (first.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
             return
-        topic = first.topic
-        hasher = self.hasher
-        by_topic = hasher.prefixes(topic)
-        chunks = hasher.chunks
-        last = self._last_offset
-        pending = self._pending
-        append = pending.append
-        for request in requests:
-            offset = request.commit_log_offset
-            if offset <= last:
-                continue  # already indexed (recovery replay)
-            last = offset
-            uniq_key = request.uniq_key
-            keys = request.keys
-            if keys:
-                todo = keys.split(KEY_SEPARATOR)
-                if uniq_key:
-                    todo.insert(0, uniq_key)  # Java's order: the UNIQ_KEY first
-            elif uniq_key:
-                todo = (uniq_key,)
-            else:
-                continue
-            ts = request.store_timestamp
-            for key in todo:
-                if len(key) > _TAIL and key.isascii():
-                    h = by_topic.get(key[:-_TAIL])
-                    c = chunks.get(key[-_TAIL:])
-                    h = hasher.unsigned(topic, key) if h is None or c is None else (h * _P_TAIL + c) & _MASK
-                elif key:
-                    h = hasher.unsigned(topic, key)
-                else:
-                    continue
-                append(((0 if h == 0x80000000 else 0x100000000 - h) if h & 0x80000000 else h, offset, ts))
-        self._last_offset = last
-        if len(pending) >= self.BULK:
-            self.drain()
+        self._queue_keys(first.topic, [(r.commit_log_offset, r.keys, r.uniq_key, r.store_timestamp) for r in requests])
 
     def dispatch_columns(self, batch: DispatchBatch) -> None:
         """:meth:`dispatch_batch` for a batch put's records as columns (one store timestamp)."""
         if (batch.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
             return
-        topic = batch.topic
+        self._queue_keys(batch.topic, zip(batch.offsets, batch.keys, batch.uniq_keys, repeat(batch.store_timestamp)))
+
+    def _queue_keys(self, topic: str, rows: Iterable[tuple[int, str, str, int]]) -> None:
+        """Queue the entries of ``rows`` (commit-log offset, KEYS, UNIQ_KEY, store timestamp; ascending offsets): for
+        each record the UNIQ_KEY, then each non-empty KEYS entry (Java's order), keyed ``topic#key``, the usual key
+        hash (see :class:`KeyHasher`) inlined."""
         hasher = self.hasher
         by_topic = hasher.prefixes(topic)
         chunks = hasher.chunks
         last = self._last_offset
         pending = self._pending
         append = pending.append
-        ts = batch.store_timestamp
-        for offset, keys, uniq_key in zip(batch.offsets, batch.keys, batch.uniq_keys):
+        for offset, keys, uniq_key, ts in rows:
             if offset <= last:
-                continue  # already indexed
+                continue  # already indexed (recovery replay)
             last = offset
             if keys:
                 todo = keys.split(KEY_SEPARATOR)

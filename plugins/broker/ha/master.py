@@ -206,7 +206,10 @@ class HAMaster:
         await trio.serve_listeners(self.serve_slave, listeners)
 
     async def serve_slave(self, stream: trio.SocketStream) -> None:
-        """Serve one connected slave until it or the master goes (the listener's handler)."""
+        """Serve one connected slave on the 4.x wire until it or the master goes (the listener's handler)."""
+        await self._serve(stream, autoswitch=False)
+
+    async def _serve(self, stream: trio.SocketStream, *, autoswitch: bool) -> None:
         host, port = stream.socket.getpeername()[:2]
         now = trio.current_time()
         slave = SlaveConnection(f"{host}:{port}", last_read=now, connected_at=now)
@@ -214,8 +217,15 @@ class HAMaster:
         log.info("slave %s connected", slave.peer)
         try:
             async with stream, trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_reports, stream, slave, nursery.cancel_scope)
-                nursery.start_soon(self._transfer, stream, slave)
+                if autoswitch:
+                    handshake = trio.Event()
+                    nursery.start_soon(self._read_autoswitch, stream, slave, handshake, nursery.cancel_scope)
+                    nursery.start_soon(self._transfer_autoswitch, stream, slave, handshake)
+                else:
+                    nursery.start_soon(self._read_reports, stream, slave, nursery.cancel_scope)
+                    nursery.start_soon(self._transfer, stream, slave)
+        except* ProtocolError as group:  # a malformed AutoSwitch frame: this connection only
+            log.warning("slave %s: %s: connection closed", slave.peer, group.exceptions[0])
         except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
             # the nursery wraps the transfer's or the reader's error (a slave killed mid-transfer resets)
             log.info("slave %s: %s", slave.peer, group.exceptions[0])
@@ -225,19 +235,22 @@ class HAMaster:
                 self._recompute_confirm()
             log.info("slave %s gone", slave.peer)
 
+    async def _receive(self, stream: trio.SocketStream, slave: SlaveConnection) -> bytes | None:
+        """The slave's next bytes (b"": it closed), or None after ``silence`` seconds without any (logged)."""
+        with trio.move_on_after(self.silence):
+            data = await stream.receive_some(4096)
+            slave.last_read = trio.current_time()
+            return data
+        log.warning("slave %s silent for %.0f s: dropped", slave.peer, self.silence)
+        return None
+
     async def _read_reports(self, stream: trio.SocketStream, slave: SlaveConnection, scope: trio.CancelScope) -> None:
         buffer = bytearray()
         while True:
-            with trio.move_on_after(self.silence) as timer:
-                data = await stream.receive_some(4096)
-            if timer.cancelled_caught:
-                log.warning("slave %s silent for %.0f s: dropped", slave.peer, self.silence)
+            data = await self._receive(stream, slave)
+            if not data:  # silent or closed
                 scope.cancel()
                 return
-            if not data:
-                scope.cancel()
-                return
-            slave.last_read = trio.current_time()
             buffer += data
             usable = len(buffer) - len(buffer) % 8
             if usable:
@@ -285,42 +298,19 @@ class HAMaster:
     async def serve_autoswitch(self, stream: trio.SocketStream) -> None:
         """Serve one slave of a failover group on the AutoSwitch wire until it or the master goes. A malformed
         frame closes this connection only."""
-        host, port = stream.socket.getpeername()[:2]
-        now = trio.current_time()
-        slave = SlaveConnection(f"{host}:{port}", last_read=now, connected_at=now)
-        self.slaves.add(slave)
-        handshake = trio.Event()
-        try:
-            async with stream, trio.open_nursery() as nursery:
-                nursery.start_soon(self._read_autoswitch, stream, slave, handshake, nursery.cancel_scope)
-                nursery.start_soon(self._transfer_autoswitch, stream, slave, handshake)
-        except* ProtocolError as group:
-            log.warning("slave %s: %s: connection closed", slave.peer, group.exceptions[0])
-        except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as group:
-            log.info("slave %s: %s", slave.peer, group.exceptions[0])
-        finally:
-            self.slaves.discard(slave)
-            if self.members is not None and slave.replica_id in self.members:
-                self._recompute_confirm()
-            log.info("slave %s gone", slave.peer)
+        await self._serve(stream, autoswitch=True)
 
     async def _read_autoswitch(self, stream: trio.SocketStream, slave: SlaveConnection, handshake: trio.Event,
                                scope: trio.CancelScope) -> None:
         reader = SlaveFrameReader()
         while True:
-            with trio.move_on_after(self.silence) as timer:
-                data = await stream.receive_some(4096)
-            if timer.cancelled_caught:
-                log.warning("slave %s silent for %.0f s: dropped", slave.peer, self.silence)
-                scope.cancel()
-                return
-            if not data:
-                if reader.buffer:
+            data = await self._receive(stream, slave)
+            if not data:  # silent or closed
+                if data is not None and reader.buffer:
                     raise ProtocolError(f"AutoSwitch HA: the slave closed with {len(reader.buffer)} bytes of an "
                                         "unfinished frame")
                 scope.cancel()
                 return
-            slave.last_read = trio.current_time()
             newest = -1
             for frame in reader.feed(data):
                 if isinstance(frame, SlaveAck):
