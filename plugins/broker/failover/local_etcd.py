@@ -29,6 +29,10 @@ def _free_port() -> int:
             return port
 
 
+class PortTaken(RuntimeError):
+    """The port picked for a local etcd was taken by another process before etcd bound it."""
+
+
 class LocalEtcd:
     """``with LocalEtcd(tmp_path / "etcd") as etcd: etcd.endpoint`` -> ``127.0.0.1:<port>``.
 
@@ -42,6 +46,8 @@ class LocalEtcd:
         self.initial_cluster = initial_cluster
         self.fast = fast
         self.log_path = Path(log_path) if log_path else self.data_dir.with_suffix(".log")
+        #: ports picked here (not given) may be taken by someone else before etcd binds them: start() picks again
+        self._own_ports = not (client_port or peer_port)
         self.client_port = client_port or _free_port()
         self.peer_port = peer_port or _free_port()
         self.proc: subprocess.Popen | None = None
@@ -77,25 +83,44 @@ class LocalEtcd:
 
     def start(self, timeout: float = 20, *, wait: bool = True) -> LocalEtcd:
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, start_new_session=True)
-        if wait:
-            self.wait_ready(timeout)
+        fresh = self._own_ports and not self.data_dir.exists()  # a first start may pick other ports; a restart not
+        for attempt in range(3 if wait and fresh else 1):
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(self.command(), stdout=log, stderr=log, start_new_session=True)
+            if not wait:
+                return self
+            try:
+                self.wait_ready(timeout)
+                return self
+            except PortTaken:
+                self.kill()
+                if attempt == 2:
+                    raise
+                shutil.rmtree(self.data_dir, ignore_errors=True)  # it may hold a member with the old peer URL
+                self.client_port, self.peer_port = _free_port(), _free_port()
         return self
 
     def wait_ready(self, timeout: float = 20) -> None:
-        """Until etcd answers a range over its gateway (a node that serves reads has a leader)."""
+        """Until etcd answers a range over its gateway (a node that serves reads has a leader) and the member
+        answering is this one (its peer URL is ours: another etcd may have taken the port picked for it)."""
         deadline = time.monotonic() + timeout
-        request = urllib.request.Request(f"http://{self.endpoint}/v3/kv/range", data=json.dumps({"key": "AA=="}).encode(),
-                                         method="POST")
+        base = f"http://{self.endpoint}/v3"
+        ready = urllib.request.Request(f"{base}/kv/range", data=json.dumps({"key": "AA=="}).encode(), method="POST")
+        members = urllib.request.Request(f"{base}/cluster/member/list", data=b"{}", method="POST")
+        peer = f"http://127.0.0.1:{self.peer_port}"
         while True:
             if self.proc is not None and self.proc.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
-                raise RuntimeError(f"etcd exited with {self.proc.returncode}; {self.log_path}:\n{tail}")
+                error = PortTaken if "address already in use" in tail[-600:] else RuntimeError
+                raise error(f"etcd exited with {self.proc.returncode}; {self.log_path}:\n{tail}")
             try:
-                with urllib.request.urlopen(request, timeout=1) as answer:
+                with urllib.request.urlopen(ready, timeout=1) as answer:
                     if answer.status == 200:
-                        return
+                        with urllib.request.urlopen(members, timeout=1) as listed:
+                            urls = [u for m in json.load(listed).get("members", []) for u in m.get("peerURLs", [])]
+                        if peer in urls:
+                            return
+                        raise PortTaken(f"another etcd (peers {urls}) answers on {self.endpoint}, picked for {peer}")
             except (urllib.error.URLError, OSError):
                 pass
             if time.monotonic() > deadline:

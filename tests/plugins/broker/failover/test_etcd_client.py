@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 
 import pytest
 import trio
@@ -112,3 +113,23 @@ async def test_a_cluster_member_down_the_client_uses_the_next_endpoint(etcd_clus
         etcd_cluster.members[2].kill()
         with pytest.raises(EtcdUnavailable, match="'/c/k'"):  # one of three: no quorum, no answer
             await client.put("/c/k", "3")
+
+
+async def test_a_local_etcd_whose_port_was_taken_picks_others_and_never_talks_to_the_taker(etcd, tmp_path):
+    from pyrmq.plugins.broker.failover.local_etcd import LocalEtcd
+
+    with socket.socket() as squatter:  # a plain listener took one picked port, the running etcd the other
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        for taken in (squatter.getsockname()[1], etcd.client_port):
+            second = LocalEtcd(tmp_path / f"second-{taken}", log_path=tmp_path / f"second-{taken}.log")
+            second.client_port = taken  # as if the port went to someone else between the pick and etcd's bind
+            second.start()
+            try:
+                assert second.client_port != taken
+                async with EtcdClient([second.endpoint]) as client:
+                    await client.put("/mine", str(taken))
+                async with EtcdClient([etcd.endpoint]) as client:
+                    assert await client.get("/mine") is None  # nothing went to the etcd that held the port
+            finally:
+                second.kill()
