@@ -157,16 +157,7 @@ def verify(img: StoreImage, acks: dict, *, final: bool, checked: set[str] | None
                 lost += 1
                 lost_ids.append(cid)
             extra = min(len(got), len(halves)) - 1
-            if extra > 0:
-                if ack.attempts > 1:
-                    retry_dups += extra
-                else:
-                    dups += extra
-            for r in got:
-                if (key_hash(TOPIC, cid), r.phy) not in img.index_entries:
-                    index_missing += 1
-            continue
-        if ack.kind in ("delay", "timer"):
+        elif ack.kind in ("delay", "timer"):
             stored = len(parked.get(cid, []))
             if stored == 0:
                 lost += 1
@@ -183,7 +174,7 @@ def verify(img: StoreImage, acks: dict, *, final: bool, checked: set[str] | None
                 lost_ids.append(cid)
                 continue
             extra = len(got) - 1
-        if extra:
+        if extra > 0:
             if ack.attempts > 1:
                 retry_dups += extra
             else:

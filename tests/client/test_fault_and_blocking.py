@@ -47,14 +47,12 @@ async def test_latency_fault_tolerance_routes_around_a_stopped_broker(dev, start
                 await stream.aclose()
                 await trio.sleep(0.05)
         attempts.clear()
-        began = trio.current_time()
         after = [await producer.send(Message(topic, f"after {i}")) for i in range(40)]
-        elapsed = trio.current_time() - began
     assert all(r.status is SendStatus.SEND_OK for r in after)
     assert {r.message_queue.broker_name for r in after} == {"broker-a"}
     failed_on_b = [a for a in attempts if a.exception is not None]
-    assert len(failed_on_b) == 1 and failed_on_b[0].message_queue.broker_name == "broker-b"  # then avoided
-    assert elapsed < 5  # no send waited for broker-b more than once
+    # no send waited for broker-b more than once: one failed attempt on it, then it is avoided
+    assert len(failed_on_b) == 1 and failed_on_b[0].message_queue.broker_name == "broker-b"
     assert not producer.fault.tolerance.is_available("broker-b")  # isolated for 600 s
 
 
