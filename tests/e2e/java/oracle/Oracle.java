@@ -25,6 +25,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.impl.consumer.ProcessQueue;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.TopicConfig;
@@ -163,11 +164,27 @@ public class Oracle {
         });
         consumer.start();
         done.await(seconds, TimeUnit.SECONDS);
-        Thread.sleep(500);  // let the last acks land in the offset store before shutdown commits it
+        // shutdown commits the offsets the offset store holds: wait (10 s at most) until every pulled message was
+        // consumed and its offset recorded (a fixed 500 ms sleep lost that race on a busy machine: offsets of 0)
+        long deadline = System.currentTimeMillis() + 10_000;
+        while (System.currentTimeMillis() < deadline && !settled(consumer)) {
+            Thread.sleep(50);
+        }
+        Thread.sleep(100);  // the offset is updated right after the message leaves its process queue
         consumer.shutdown();
         Map<String, Object> end = new LinkedHashMap<>();
         end.put("end", seen.get());
         emit(end);
+    }
+
+    /** No pulled message waits for, or is in, the listener. */
+    static boolean settled(DefaultMQPushConsumer consumer) {
+        for (ProcessQueue pq : consumer.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().values()) {
+            if (pq.getMsgCount().get() > 0) {
+                return false;
+            }
+        }
+        return true;
     }
 
     public static void main(String[] args) throws Exception {
