@@ -179,6 +179,122 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class RawEchoServer:
+    """The floor of a Python server here: a subprocess (``peers.py --raw-server blocking|trio``) that reads
+    RocketMQ frames (4-byte length prefix) and answers each with the same bytes pyrmq's broker answers a
+    SEND_MESSAGE_V2 with, doing nothing else: no decode, no store. ``blocking``: one thread on a blocking socket;
+    ``trio``: a trio task on a non-blocking one, as pyrmq's broker reads (``remoting/connection.py``)."""
+
+    def __init__(self, work: Path, kind: str, answer: bytes) -> None:
+        self.name = f"raw_{kind}"
+        self.proc = subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--raw-server", kind, answer.hex()],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )
+        self.pid = self.proc.pid
+        line = self.proc.stdout.readline().decode().strip()
+        if not line.isdigit():
+            self.stop()
+            raise SystemExit(f"the raw {kind} echo server did not start: {line!r}")
+        self.port = int(line)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+
+def raw_server_main(kind: str, answer: bytes) -> None:
+    """``--raw-server``: listen on a free loopback port, print it, answer every frame on one connection with
+    ``answer`` (its opaque patched to the request's, so a client could match it) until the peer closes."""
+    import struct
+
+    head = struct.Struct(">i")
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(1)
+    print(lst.getsockname()[1], flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+
+    def frames(buf: bytearray):
+        while len(buf) >= 4:
+            n = head.unpack_from(buf)[0] + 4
+            if len(buf) < n:
+                return
+            del buf[:n]
+            yield answer
+
+    if kind == "blocking":
+        conn, _ = lst.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = bytearray()
+        while data := conn.recv(65536):
+            buf += data
+            for out in frames(buf):
+                conn.sendall(out)
+        return
+
+    async def serve() -> None:
+        tlst = trio.socket.from_stdlib_socket(lst)
+        conn, _ = await tlst.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = bytearray()
+        while data := await conn.recv(65536):
+            buf += data
+            for out in frames(buf):
+                await conn.send(out)
+
+    trio.run(serve)
+
+
+def send_frames() -> tuple[bytes, bytes]:
+    """(request, answer): the bytes of a SEND_MESSAGE_V2 of a 1 KiB body as ``Producer`` encodes it, and of the
+    SEND_OK answer pyrmq's broker gives (its header fields, with values of the same length)."""
+    from pyrmq.client.message import MessageQueue
+
+    producer = Producer("127.0.0.1:9876", "peers_py_raw")
+    p = producer._prepare(Message("PySend", BODY))
+    request = producer._request(p, MessageQueue("PySend", "broker-a", 0), int(time.time() * 1000))
+    parts: list = []
+    request.encode_into(parts)
+    answer = request.make_response(0, None, {
+        "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": "7F00000100002A9F00000000000F4240",
+        "queueId": "0", "queueOffset": "123456",
+    })
+    answer.flag |= 1  # RPC_RESPONSE
+    out: list = []
+    answer.encode_into(out)
+    return b"".join(parts), b"".join(out)
+
+
+def part2_raw(server: RawEchoServer, request: bytes, sizes: dict[str, int]) -> dict[str, dict]:
+    """One request in flight over a blocking socket, as ``BlockingProducer`` sends: the same bytes each way."""
+    n_sync = sizes["py_sync"]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        want = len(bytes.fromhex(server.proc.args[-1]))
+
+        def round_trip() -> None:
+            sock.sendall(request)
+            got = 0
+            while got < want:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    raise SystemExit(f"{server.name} closed the connection")
+                got += len(chunk)
+
+        for _ in range(200):
+            round_trip()
+        with Timed(server.pid) as t:
+            for _ in range(n_sync):
+                round_trip()
+    return {"py_sync": t.row(n_sync)}
+
+
 # ---- part 1: the Java load generator against either broker ----------------------------------------------------------
 
 
@@ -434,6 +550,34 @@ def table(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> s
     return "\n".join(lines)
 
 
+def table_floor(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> str:
+    """One request in flight: pyrmq and Redis beside Python servers that only answer (:class:`RawEchoServer`)."""
+    rows = [
+        ("redis-py XADD -> Redis 7", "redis", "py_sync"),
+        ("blocking socket -> raw Python server, blocking socket (answers, nothing else)", "raw_blocking", "py_sync"),
+        ("blocking socket -> raw Python server, trio (answers, nothing else)", "raw_trio", "py_sync"),
+        ("BlockingProducer -> pyrmq broker", "pyrmq_py", "py_sync_blocking"),
+        ("Producer (trio) -> pyrmq broker", "pyrmq_py", "py_sync"),
+    ]
+    redis = results.get("redis", {}).get("py_sync")
+    lines = [
+        f"One request in flight, {sizes['py_sync']:,} round trips: the raw servers get the bytes of a 1 KiB "
+        "SEND_MESSAGE_V2 and send back the bytes of pyrmq's SEND_OK answer",
+        "",
+        "| client -> server | msgs/s | / Redis | server CPU us a request | client CPU us a request |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for label, system, key in rows:
+        runs = results.get(system, {}).get(key)
+        if not runs:
+            continue
+        rate = median(runs, "rate")
+        vs = f"{rate / median(redis, 'rate'):.2f}x" if redis else "-"
+        lines.append(f"| {label} | {rate:,.0f} | {vs} | {median(runs, 'cpu') / sizes['py_sync'] * 1e6:.1f} "
+                     f"| {median(runs, 'client_us'):.1f} |")
+    return "\n".join(lines)
+
+
 def table_before(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int], rev: str) -> str:
     """pyrmq before (``--before REV``) and after (this tree) side by side, each against its peer of the same run."""
     rows = [
@@ -486,7 +630,11 @@ def main() -> None:
                     help="also run pyrmq as of this git revision (broker and Python client), alternating with the "
                          "others, and print a before/after table")
     ap.add_argument("--client-part", default=None, help=argparse.SUPPRESS)  # internal: the --before client
+    ap.add_argument("--raw-server", nargs=2, default=None, help=argparse.SUPPRESS)  # internal: RawEchoServer
     args = ap.parse_args()
+    if args.raw_server:
+        raw_server_main(args.raw_server[0], bytes.fromhex(args.raw_server[1]))
+        return
     if args.client_part:
         spec = json.loads(args.client_part)
         print(json.dumps(part2_pyrmq(_Addresses(spec), spec["sizes"])))
@@ -518,6 +666,7 @@ def main() -> None:
     progress(f"sizes {sizes}, {args.repeat} run(s) each, {os.cpu_count()} CPUs, load average {os.getloadavg()}")
     before_dir = Path(tempfile.mkdtemp(prefix="pyrmq-before-")) if args.before else None
     before = checkout(args.before, before_dir) if before_dir else None
+    raw_request, raw_answer = send_frames()
 
     def rotate(names: tuple[str, ...], run: int) -> tuple[str, ...]:
         k = run % len(names)
@@ -536,9 +685,16 @@ def main() -> None:
                     finally:
                         server.stop()
             if "python" not in skip:
-                for name in rotate(("pyrmq_py", "redis", "pyrmq_py_before") if before else ("pyrmq_py", "redis"), run):
+                names = ("pyrmq_py", "redis", "raw_blocking", "raw_trio") + (("pyrmq_py_before",) if before else ())
+                for name in rotate(names, run):
                     progress(f"run {run + 1}/{args.repeat}: {name} (load average {os.getloadavg()[0]:.1f})")
-                    if name == "redis":
+                    if name.startswith("raw_"):
+                        server = RawEchoServer(work, name[4:], raw_answer)
+                        try:
+                            figures = part2_raw(server, raw_request, sizes)
+                        finally:
+                            server.stop()
+                    elif name == "redis":
                         server = RedisServer(work)
                         try:
                             figures = part2_redis(server, sizes)
@@ -560,6 +716,9 @@ def main() -> None:
     if before_dir is not None:
         shutil.rmtree(before_dir, ignore_errors=True)
     print(table(results, sizes))
+    if "python" not in skip:
+        print()
+        print(table_floor(results, sizes))
     if before:
         print()
         print(table_before(results, sizes, args.before))
