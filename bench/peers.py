@@ -271,6 +271,48 @@ def send_frames() -> tuple[bytes, bytes]:
     return b"".join(parts), b"".join(out)
 
 
+def consume_floor(rounds: int = 2_000) -> dict[str, float]:
+    """Client CPU a message for the least a Python consumer does with pulled bytes, in this process, warm: 32
+    stored 1 KiB records (what one pull answers) decoded by ``decode_messages`` (pyrmq's client, lazy fields) and
+    by a bare loop (one struct unpack and the body slice a record), each message then handed to a no-op
+    callback. pyrmq's consumer pays this plus its pulls, process queue and offsets; redis-py + hiredis decode XREAD
+    in C."""
+    from pyrmq.client.message import decode_messages
+    from pyrmq.remoting.message import HEADER_STRUCTS, encode_record
+
+    now = int(time.time() * 1000)
+    body = b"".join(
+        encode_record(
+            queue_id=0, flag=0, queue_offset=i, commit_log_offset=i * 1200, sys_flag=0, born_timestamp=now,
+            born_host=("127.0.0.1", 50000), store_timestamp=now, store_host=("127.0.0.1", 10911), reconsume_times=0,
+            prepared_transaction_offset=0, body=BODY, topic=b"PyStore",
+            properties=b"UNIQ_KEY\x017F0000010001B4AAC6DC1A2E2C0000" + b"%04d" % i + b"\x02",
+        )
+        for i in range(32)
+    )
+    unpack = HEADER_STRUCTS[0].unpack_from
+    head = HEADER_STRUCTS[0].size
+
+    def noop(msg: object) -> None:
+        pass
+
+    def bare(buf: bytes) -> None:
+        pos, n = 0, len(buf)
+        while pos < n:
+            h = unpack(buf, pos)
+            noop(buf[pos + head:pos + head + h[16]])
+            pos += h[0]
+
+    out = {}
+    for name, fn in (("decode_messages", lambda: [noop(m) for m in decode_messages(body)]), ("bare", lambda: bare(body))):
+        fn()
+        c0 = time.process_time()
+        for _ in range(rounds):
+            fn()
+        out[name] = (time.process_time() - c0) / (rounds * 32) * 1e6
+    return out
+
+
 def part2_raw(server: RawEchoServer, request: bytes, sizes: dict[str, int]) -> dict[str, dict]:
     """One request in flight over a blocking socket, as ``BlockingProducer`` sends: the same bytes each way."""
     n_sync = sizes["py_sync"]
@@ -719,6 +761,13 @@ def main() -> None:
     if "python" not in skip:
         print()
         print(table_floor(results, sizes))
+        floor = consume_floor()
+        redis_us = results.get("redis", {}).get("py_consume")
+        print()
+        print(f"Consume floor (client CPU a message, warm, in this process): decode_messages + a no-op callback "
+              f"{floor['decode_messages']:.2f} us, a bare struct-unpack loop + callback {floor['bare']:.2f} us; "
+              f"redis-py + hiredis XREAD {median(redis_us, 'client_us'):.2f} us"
+              if redis_us else f"Consume floor: decode_messages {floor['decode_messages']:.2f} us, bare {floor['bare']:.2f} us")
     if before:
         print()
         print(table_before(results, sizes, args.before))
