@@ -81,6 +81,17 @@ def proc_rss_mib(pid: int) -> tuple[float, float]:
     return values.get("VmRSS", 0.0), values.get("RssAnon", 0.0)
 
 
+def stop_process(proc: subprocess.Popen) -> None:
+    """SIGTERM, up to 60 s for a clean exit (a broker's final flush), then SIGKILL."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+
 # ---- the servers ----------------------------------------------------------------------------------------------------
 
 
@@ -116,13 +127,7 @@ class PyrmqServer:
 
     def stop(self) -> None:
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(30)
+            stop_process(proc)
         self.log.close()
         shutil.rmtree(self.store, ignore_errors=True)
 
@@ -170,12 +175,7 @@ class RedisServer:
                 time.sleep(0.05)
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(30)
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -199,13 +199,7 @@ class RawEchoServer:
         self.port = int(line)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
+        stop_process(self.proc)
 
 
 def raw_server_main(kind: str, answer: bytes) -> None:
