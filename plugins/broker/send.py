@@ -15,6 +15,7 @@ import logging
 import random
 import struct
 import time
+from json.encoder import encode_basestring as _esc  # the C version: quotes and escapes, keeps non-ASCII
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
@@ -46,6 +47,7 @@ from pyrmq.store.format import (
     decode_batch_body,
     decode_properties,
     drop_property,
+    encode_message_id,
     encode_properties,
 )
 from pyrmq.store.results import PutMessageResult, PutMessageStatus
@@ -83,11 +85,20 @@ class SendRejected(Exception):
         self.remark = remark
 
 
+_SUCCESS = int(ResponseCode.SUCCESS)
+_PUT_OK = PutMessageStatus.PUT_OK
+
+
 class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         s = ctx.settings
         self.ext_common = {MessageProperty.MSG_REGION: s.regionId, MessageProperty.TRACE_SWITCH: "true"}
+        # the send response's extFields as JSON members, up to the message id (RemotingCommand.ext_json): the same
+        # members, in the same order, as the generic encoder writes for ext_common + SendMessageResponseHeader
+        self._ext_json_head = ",".join(f"{_esc(k)}:{_esc(v)}" for k, v in self.ext_common.items()) + ',"msgId":"'
+        self._msg_id_host: tuple[bytes, int] | None = None
+        self._msg_id_prefix = ""
         self.sync_flush = s.flushDiskType == "SYNC_FLUSH"
         self.sync_master = s.brokerRole == "SYNC_MASTER"
         self.chain = ctx.put_chain
@@ -421,15 +432,33 @@ class SendProcessor:
 
     def _response(self, request: RemotingCommand, result: PutMessageResult, queue_id: int) -> RemotingCommand:
         status = result.status
-        code = _PUT_CODE.get(status, ResponseCode.SYSTEM_ERROR)
         ext = dict(self.ext_common)
         append = result.append
-        if append is not None and status.is_ok:
-            ext.update(
-                SendMessageResponseHeader(msg_id=append.msg_id, queue_id=queue_id, queue_offset=append.queue_offset).to_ext_fields()
-            )
-        remark = None if code == ResponseCode.SUCCESS else (result.remark or status.value)
-        return request.make_response(code, remark, ext)
+        if status is _PUT_OK:  # (an enum's hash is a Python call: the usual case tests identity only)
+            response = request.make_response(_SUCCESS, None, ext)
+        else:
+            code = _PUT_CODE.get(status, ResponseCode.SYSTEM_ERROR)
+            response = request.make_response(code, None if code == _SUCCESS else (result.remark or status.value), ext)
+        if append is not None and (status is _PUT_OK or status.is_ok):
+            if append.offsets is None:
+                # one message: the id is the store host's hex (remembered) and the offset; the members of
+                # SendMessageResponseHeader (msgId, queueId, queueOffset; no transactionId) also pre-rendered as JSON
+                host = (append.store_ip, append.store_port)
+                if host != self._msg_id_host:
+                    self._msg_id_prefix = encode_message_id(append.store_ip, append.store_port, 0)[:-16]
+                    self._msg_id_host = host
+                msg_id = f"{self._msg_id_prefix}{append.wrote_offset:016X}"
+                qid = str(queue_id)
+                qoff = str(append.queue_offset)
+                ext["msgId"] = msg_id
+                ext["queueId"] = qid
+                ext["queueOffset"] = qoff
+                response.ext_json = f'{self._ext_json_head}{msg_id}","queueId":"{qid}","queueOffset":"{qoff}"'
+            else:
+                ext.update(SendMessageResponseHeader(
+                    msg_id=append.msg_id, queue_id=queue_id, queue_offset=append.queue_offset
+                ).to_ext_fields())
+        return response
 
 
 SEND = StateKey[SendProcessor]("broker.send")
