@@ -239,10 +239,12 @@ class SendProcessor:
             or (text is not None and type(text) is not str)
         ):
             return _GENERIC
+        if type(topic) is not str:
+            return _GENERIC
         ctx = self.ctx
         s = ctx.settings
         if topic not in self._checked_topics:
-            if type(topic) is not str or topic_problem(topic) or topic in NOT_ALLOWED_SEND_TOPICS:
+            if topic_problem(topic) or topic in NOT_ALLOWED_SEND_TOPICS:
                 return _GENERIC
             if len(self._checked_topics) >= _MAX_CHECKED_TOPICS:
                 self._checked_topics.clear()
