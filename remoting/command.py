@@ -103,6 +103,11 @@ class RemotingCommand:
     ext_fields: dict[str, str] = attrs.Factory(dict)
     body: Body = b""
     serialize_type: int = 0
+    #: ``ext_fields`` already written as JSON object members (``"k":"v",...``, in ``ext_fields``' order, None values
+    #: left out): what the JSON encoder writes instead of walking the dict. Set by a hot-path processor that renders
+    #: its response from a template (the send response); ``ext_fields`` must hold the same fields, which the
+    #: ROCKETMQ encoder and every reader use. Not part of equality.
+    ext_json: str | None = attrs.field(default=None, eq=False)
 
     # ---- construction helpers -------------------------------------------------------------------------------
 
@@ -190,10 +195,11 @@ class RemotingCommand:
 
     def _json_header(self) -> bytes:
         lang = _LANG_JSON.get(self.language) or _esc(ext_value_text(self.language))
-        ext = self.ext_fields
-        if ext:
+        ext_s = self.ext_json
+        if ext_s is None and self.ext_fields:
             ext_s = ",".join([f"{_esc(k)}:{_esc(v if type(v) is str else ext_value_text(v))}"
-                              for k, v in ext.items() if v is not None])
+                              for k, v in self.ext_fields.items() if v is not None])
+        if ext_s is not None:
             head = (f'{{"code":{self.code:d},"extFields":{{{ext_s}}},"flag":{self.flag:d},'
                     f'"language":{lang},"opaque":{self.opaque:d}')
         else:

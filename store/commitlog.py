@@ -162,12 +162,31 @@ class CommitLog:
         """Append one record. Returns (result, stored sys flag, stored properties bytes).
 
         Raises :class:`AppendRejected` when the record is refused (nothing is written then)."""
-        topic = rec.topic
-        tb = self._topic_cache.get(topic) or self._topic_bytes(topic)
         props = rec.properties_bytes
         if props is None:
             props = encode_properties(rec.properties).encode("utf-8")
-        body = rec.body
+        return self.append_one(
+            rec.topic, rec.queue_id, rec.body, rec.flag, props, rec.sys_flag, rec.born_timestamp, rec.born_host,
+            rec.store_host, rec.reconsume_times, rec.prepared_transaction_offset,
+        )
+
+    def append_one(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | memoryview,
+        flag: int,
+        props: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        store_host: tuple[str, int],
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> tuple[AppendMessageResult, int, bytes]:
+        """:meth:`append` of one message given as its fields (``props``: the stored properties bytes): the broker's
+        single-send path, which builds no record object. Returns and raises as :meth:`append`."""
+        tb = self._topic_cache.get(topic) or self._topic_bytes(topic)
         body_len = len(body)
         props_len = len(props)
         if body_len > self.max_message_size:
@@ -180,9 +199,8 @@ class CommitLog:
                 PutMessageStatus.PROPERTIES_SIZE_EXCEEDED,
                 f"properties of {props_len} bytes exceed {MAX_PROPERTIES_LENGTH}",
             )
-        born_ip, born_port, born_v6 = pack_host(rec.born_host)
-        store_ip, store_port, store_v6 = pack_host(rec.store_host)
-        sys_flag = rec.sys_flag
+        born_ip, born_port, born_v6 = pack_host(born_host)
+        store_ip, store_port, store_v6 = pack_host(store_host)
         if born_v6 or store_v6 or sys_flag & 0x30:
             sys_flag = (sys_flag & ~0x30) | (BORNHOST_V6_FLAG if born_v6 else 0) | (
                 STOREHOSTADDRESS_V6_FLAG if store_v6 else 0
@@ -190,7 +208,6 @@ class CommitLog:
         st = HEADER_STRUCTS[(sys_flag >> 4) & 3]
         hsize = st.size
         size = hsize + body_len + len(tb) + 2 + props_len
-        queue_id = rec.queue_id
         tran = sys_flag & TRANSACTION_TYPE_MASK
         if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:
             key = (topic, queue_id)
@@ -208,9 +225,9 @@ class CommitLog:
         # TOTALSIZE is written last: a record a crash interrupted reads as "no record" (size 0), so recovery
         # moves its bytes aside instead of trusting a half-written tail that the body CRC does not cover
         st.pack_into(
-            mm, pos, 0, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, rec.flag, queue_offset, phys,
-            sys_flag, rec.born_timestamp, born_ip, born_port, now, store_ip, store_port, rec.reconsume_times,
-            rec.prepared_transaction_offset, body_len,
+            mm, pos, 0, MESSAGE_MAGIC_CODE, _crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset, phys,
+            sys_flag, born_timestamp, born_ip, born_port, now, store_ip, store_port, reconsume_times,
+            prepared_transaction_offset, body_len,
         )
         p = pos + hsize
         mm[p : p + body_len] = body

@@ -461,7 +461,11 @@ class IndexDispatcher:
         self._last_offset = -1
 
     def dispatch(self, request: DispatchRequest) -> None:
-        self.dispatch_batch((request,))
+        if (request.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
+            return
+        self._queue_keys(
+            request.topic, ((request.commit_log_offset, request.keys, request.uniq_key, request.store_timestamp),)
+        )
 
     def dispatch_batch(self, requests: Sequence[DispatchRequest]) -> None:
         """Queue the index entries of the records of one batch append (one topic; one record for

@@ -104,6 +104,50 @@ class StoreWrites:
         )
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
+    def put_one(
+        self,
+        topic: str,
+        queue_id: int,
+        body: bytes | memoryview,
+        flag: int,
+        properties: dict[str, str],
+        props: bytes,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: tuple[str, int],
+        store_host: tuple[str, int],
+        reconsume_times: int = 0,
+    ) -> PutMessageResult:
+        """:meth:`put_message` of one message given as its fields: ``properties`` (what the dispatchers read: KEYS,
+        UNIQ_KEY, TAGS) and ``props``, the same properties encoded as stored. The broker's single-send path, which
+        builds no record object (a record's tags code is the hash of its TAGS, it has no prepared offset)."""
+        if self._refusal is not None:
+            return self._refused()
+        try:
+            res, sys_flag, _props = self.commit_log.append_one(
+                topic, queue_id, body, flag, props, sys_flag, born_timestamp, born_host, store_host, reconsume_times
+            )
+        except AppendRejected as exc:
+            return exc.result()
+        except OSError as exc:
+            log.exception("append failed")
+            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
+        tags = properties.get(PROPERTY_TAGS)
+        request = DispatchRequest(
+            topic, queue_id, res.wrote_offset, res.wrote_bytes,
+            (self._tags_codes.get(tags) or self._tags_code(tags)) if tags else 0, res.store_timestamp,
+            res.queue_offset, properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
+            sys_flag, 0, properties,
+        )
+        dispatchers = self.dispatchers
+        for call in dispatchers.calls:
+            try:
+                call(request)
+            except Exception:
+                if dispatchers.failed(call, request):
+                    raise
+        return PutMessageResult(PutMessageStatus.PUT_OK, res)
+
     def put_messages(self, records: Sequence[MessageRecord]) -> PutMessageResult:
         """Append a batch of one topic-queue: consecutive queue offsets, one segment, one call (spec 5.8)."""
         if self._refusal is not None:

@@ -15,6 +15,7 @@ import logging
 import random
 import struct
 import time
+from json.encoder import encode_basestring as _esc  # the C version: quotes and escapes, keeps non-ASCII
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
@@ -46,11 +47,15 @@ from pyrmq.store.format import (
     decode_batch_body,
     decode_properties,
     drop_property,
+    encode_message_id,
     encode_properties,
 )
 from pyrmq.store.results import PutMessageResult, PutMessageStatus
 
 log = logging.getLogger("pyrmq.broker.send")
+
+#: what :meth:`SendProcessor._send_one` returns for a send it leaves to the general path
+_GENERIC = object()
 
 PROPERTY_CLUSTER = MessageProperty.CLUSTER
 PROPERTY_WAIT = MessageProperty.WAIT_STORE_MSG_OK
@@ -83,11 +88,26 @@ class SendRejected(Exception):
         self.remark = remark
 
 
+#: Permission.WRITE as a plain int (IntFlag arithmetic costs a Python call per test)
+_WRITE = int(Permission.WRITE)
+_SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
+_SUCCESS = int(ResponseCode.SUCCESS)
+_PUT_OK = PutMessageStatus.PUT_OK
+#: topic names that passed :func:`topic_problem` and are not forbidden: remembered, since every send names one
+_MAX_CHECKED_TOPICS = 65536
+
+
 class SendProcessor:
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
         s = ctx.settings
         self.ext_common = {MessageProperty.MSG_REGION: s.regionId, MessageProperty.TRACE_SWITCH: "true"}
+        # the send response's extFields as JSON members, up to the message id (RemotingCommand.ext_json): the same
+        # members, in the same order, as the generic encoder writes for ext_common + SendMessageResponseHeader
+        self._ext_json_head = ",".join(f"{_esc(k)}:{_esc(v)}" for k, v in self.ext_common.items()) + ',"msgId":"'
+        self._msg_id_host: tuple[bytes, int] | None = None
+        self._msg_id_prefix = ""
+        self._checked_topics: set[str] = set()
         self.sync_flush = s.flushDiskType == "SYNC_FLUSH"
         self.sync_master = s.brokerRole == "SYNC_MASTER"
         self.chain = ctx.put_chain
@@ -169,7 +189,12 @@ class SendProcessor:
     # -- processors ------------------------------------------------------------------------------------------
 
     async def send(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
-        header = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
+        ext = request.ext_fields
+        if "a" in ext and request.code != _SEND_BATCH:
+            response = self._send_one(connection, request, ext)
+            if response is not _GENERIC:
+                return response
+        header = SendMessageRequestHeader.from_ext_fields(ext)
         born_host = connection.remote_address
         try:
             if header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE:
@@ -185,6 +210,77 @@ class SendProcessor:
         if result.status is PutMessageStatus.PUT_OK and wait and (self.sync_flush or self.sync_master):
             connection.start_soon(self._answer_when_durable, connection, request, result, queue_id)
             return None
+        return self._response(request, result, queue_id)
+
+    def _send_one(self, connection: Any, request: RemotingCommand, ext: dict[str, Any]) -> Any:
+        """One message of a SEND_MESSAGE(_V2) with V2 header names (every client's single send), in one pass: the
+        header fields read straight from ``ext``, the checks of :meth:`check` for a known topic, the append from the
+        fields (no header or record object: :meth:`MessageStore.put_one`), the response rendered from a template.
+        Anything out of the ordinary (a batch flag, a field to coerce or missing, a topic to create or refuse, a
+        slave, a permission or queue to check, an interceptor that wants the message) returns ``_GENERIC`` before any
+        side effect, and :meth:`send` takes the general path, which decides and answers as before."""
+        try:
+            topic = ext["b"]
+            queue_id = int(ext["e"])
+            sys_flag = int(ext["f"])
+            born_timestamp = int(ext["g"])
+            flag = int(ext["h"])
+            int(ext["d"])
+            j = ext.get("j")
+            reconsume_times = 0 if j is None else int(j)
+        except (KeyError, ValueError, TypeError):
+            return _GENERIC  # the general path names the field
+        m = ext.get("m")
+        text = ext.get("i")
+        if (
+            (m is not None and m != "false")
+            or ext["a"] is None
+            or ext.get("c") is None
+            or (text is not None and type(text) is not str)
+        ):
+            return _GENERIC
+        if type(topic) is not str:
+            return _GENERIC
+        ctx = self.ctx
+        s = ctx.settings
+        if topic not in self._checked_topics:
+            if topic_problem(topic) or topic in NOT_ALLOWED_SEND_TOPICS:
+                return _GENERIC
+            if len(self._checked_topics) >= _MAX_CHECKED_TOPICS:
+                self._checked_topics.clear()
+            self._checked_topics.add(topic)
+        config = ctx.topics.get(topic)
+        if (
+            config is None
+            or s.brokerRole == "SLAVE"
+            or not s.brokerPermission & config.perm & _WRITE
+            or queue_id < 0
+            or (queue_id >= config.write_queue_nums and queue_id >= config.read_queue_nums)
+            or (sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE and s.rejectTransactionMessage)
+        ):
+            return _GENERIC
+        properties = decode_properties(text) if text else {}
+        wait = properties.pop(PROPERTY_WAIT, None) != "false"  # not stored from 4.9.3 on (spec 5.1)
+        properties[PROPERTY_CLUSTER] = s.brokerClusterName
+        chain = self.chain  # chain.applies(record) for the record :meth:`record` would build
+        if (
+            chain.always
+            or not chain.trigger_properties.isdisjoint(properties)
+            or topic.startswith(chain.trigger_topic_prefixes)
+        ):
+            return _GENERIC
+        born_host = connection.remote_address
+        result = ctx.store.put_one(
+            topic, queue_id, request.body_bytes(), flag, properties, encode_properties(properties).encode("utf-8"),
+            sys_flag, born_timestamp, born_host, ctx.store_host, reconsume_times,
+        )
+        append = result.append
+        if result.status is _PUT_OK:
+            ctx.put_stats.add(1)
+            ctx.stats.put(topic, 1, append.wrote_bytes)
+            if wait and (self.sync_flush or self.sync_master):
+                connection.start_soon(self._answer_when_durable, connection, request, result, queue_id)
+                return None
         return self._response(request, result, queue_id)
 
     async def send_reply(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
@@ -421,15 +517,33 @@ class SendProcessor:
 
     def _response(self, request: RemotingCommand, result: PutMessageResult, queue_id: int) -> RemotingCommand:
         status = result.status
-        code = _PUT_CODE.get(status, ResponseCode.SYSTEM_ERROR)
         ext = dict(self.ext_common)
         append = result.append
-        if append is not None and status.is_ok:
-            ext.update(
-                SendMessageResponseHeader(msg_id=append.msg_id, queue_id=queue_id, queue_offset=append.queue_offset).to_ext_fields()
-            )
-        remark = None if code == ResponseCode.SUCCESS else (result.remark or status.value)
-        return request.make_response(code, remark, ext)
+        if status is _PUT_OK:  # (an enum's hash is a Python call: the usual case tests identity only)
+            response = request.make_response(_SUCCESS, None, ext)
+        else:
+            code = _PUT_CODE.get(status, ResponseCode.SYSTEM_ERROR)
+            response = request.make_response(code, None if code == _SUCCESS else (result.remark or status.value), ext)
+        if append is not None and (status is _PUT_OK or status.is_ok):
+            if append.offsets is None:
+                # one message: the id is the store host's hex (remembered) and the offset; the members of
+                # SendMessageResponseHeader (msgId, queueId, queueOffset; no transactionId) also pre-rendered as JSON
+                host = (append.store_ip, append.store_port)
+                if host != self._msg_id_host:
+                    self._msg_id_prefix = encode_message_id(append.store_ip, append.store_port, 0)[:-16]
+                    self._msg_id_host = host
+                msg_id = f"{self._msg_id_prefix}{append.wrote_offset:016X}"
+                qid = str(queue_id)
+                qoff = str(append.queue_offset)
+                ext["msgId"] = msg_id
+                ext["queueId"] = qid
+                ext["queueOffset"] = qoff
+                response.ext_json = f'{self._ext_json_head}{msg_id}","queueId":"{qid}","queueOffset":"{qoff}"'
+            else:
+                ext.update(SendMessageResponseHeader(
+                    msg_id=append.msg_id, queue_id=queue_id, queue_offset=append.queue_offset
+                ).to_ext_fields())
+        return response
 
 
 SEND = StateKey[SendProcessor]("broker.send")

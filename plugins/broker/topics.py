@@ -44,12 +44,17 @@ def topic_problem(topic: str | None) -> str | None:
     return None
 
 
+# the permission bits as plain ints: ``int & IntFlag`` goes through the enum's Python-level operator
+_READ = int(Permission.READ)
+_WRITE = int(Permission.WRITE)
+
+
 def is_writeable(perm: int) -> bool:
-    return bool(perm & Permission.WRITE)
+    return bool(perm & _WRITE)
 
 
 def is_readable(perm: int) -> bool:
-    return bool(perm & Permission.READ)
+    return bool(perm & _READ)
 
 
 @attrs.define

@@ -165,3 +165,44 @@ def test_flushed_pages_behind_the_tail_leave_the_resident_set_and_still_read_bac
         assert after_kib <= COMMIT_LOG_RESIDENT_TAIL // 1024 + 256, (written_kib, after_kib)  # + fault-around
         msgs = read_all(store, "TopicTest", 0)  # the dropped pages fault back in from the page cache
         assert [m.body for m in msgs] == bodies and all(m.crc_ok() for m in msgs)
+
+
+def test_put_one_stores_and_indexes_what_put_message_does(tmp_path):
+    """The broker's single-send call (fields, no record object) writes the same record bytes, consume-queue unit
+    (tags code) and index entries as ``put_message`` of the equivalent record."""
+    from pyrmq.store import MessageStore
+    from pyrmq.store.format import encode_properties, java_string_hash
+
+    from .conftest import small_config
+
+    props = {"TAGS": "TagA", "KEYS": "k1 k2", "UNIQ_KEY": "AC110002000100000000000000000001"}
+    stores = [MessageStore(small_config(tmp_path / name), clock=lambda: 1700000001000) for name in ("one", "record")]
+    try:
+        for s in stores:
+            s.load()
+        one, by_record = stores
+        r1 = one.put_one("TopicTest", 3, b"xyz", 7, dict(props), encode_properties(props).encode(), 0, 1700000000000,
+                         ("10.0.0.7", 50123), ("127.0.0.1", 10911), 2)
+        r2 = by_record.put_message(MessageRecord(
+            "TopicTest", 3, b"xyz", 7, properties=dict(props), born_timestamp=1700000000000,
+            born_host=("10.0.0.7", 50123), store_host=("127.0.0.1", 10911), reconsume_times=2,
+        ))
+        assert r1.status is r2.status is PutMessageStatus.PUT_OK
+        assert (r1.append.wrote_offset, r1.append.wrote_bytes, r1.append.queue_offset, r1.append.msg_id) == (
+            r2.append.wrote_offset, r2.append.wrote_bytes, r2.append.queue_offset, r2.append.msg_id)
+        raw1 = bytes(one.look_message_bytes_by_offset(r1.append.wrote_offset))
+        assert raw1 == bytes(by_record.look_message_bytes_by_offset(r2.append.wrote_offset))
+        msg = decode_messages(raw1)[0]
+        assert (msg.flag, msg.reconsume_times, msg.properties) == (7, 2, props)
+        for s in stores:
+            s.index_dispatcher.drain()
+        units = [s.consume_queues.find_or_create("TopicTest", 3).get_unit(0) for s in stores]
+        assert units[0] == units[1] == (r1.append.wrote_offset, r1.append.wrote_bytes, java_string_hash("TagA"))
+        for key in ("k1", "k2", "AC110002000100000000000000000001"):
+            found = [s.query_message("TopicTest", key, 10, 0, 2**62).message_count for s in stores]
+            assert found == [1, 1], key
+        assert one.put_one("T" * 128, 0, b"x", 0, {}, b"", 0, 0, ("10.0.0.7", 1), ("127.0.0.1", 10911)).status is (
+            PutMessageStatus.MESSAGE_ILLEGAL)
+    finally:
+        for s in stores:
+            s.close()

@@ -89,6 +89,51 @@ async def test_send_v1_and_v2_then_pull_the_same_bytes_back(broker, remoting_cli
     assert "WAIT" not in first.properties
 
 
+async def _raw_round_trip(addr, request):
+    """The response frame's JSON header text for ``request``, as the broker wrote it (a plain TCP stream)."""
+    host, port = addr.rsplit(":", 1)
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream(host, int(port))
+        async with stream:
+            await stream.send_all(request.encode())
+            data = b""
+            while len(data) < 8 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                chunk = await stream.receive_some(65536)
+                assert chunk, "connection closed before the whole response"
+                data += chunk
+    header_len = int.from_bytes(data[4:8], "big") & 0xFFFFFF
+    return data[8 : 8 + header_len].decode()
+
+
+async def test_single_send_paths_answer_and_store_alike(broker, remoting_client):
+    """SEND_MESSAGE_V2 (short names) takes the broker's one-pass single-send path, SEND_MESSAGE (long names) the
+    general one: the same response header bytes but for the message's own id and offsets, the same stored
+    properties (WAIT dropped, CLUSTER added last), both indexed by key."""
+    addr = broker.listening["broker"]
+    assert (await remoting_client.invoke(addr, create_topic("T9", 2))).code == 0
+    same = {"UNIQ_KEY": "AC1100020001000000000000000000AB"}
+    headers = []
+    for v2 in (True, False):
+        request = send_request("T9", b"body", tags="A", keys="k9", queue_id=1, v2=v2, extra_props=same)
+        request.opaque = 77
+        headers.append(await _raw_round_trip(addr, request))
+    fast, general = (json.loads(h) for h in headers)
+    assert fast["code"] == general["code"] == ResponseCode.SUCCESS
+    assert list(fast["extFields"]) == list(general["extFields"]) == [
+        "MSG_REGION", "TRACE_ON", "msgId", "queueId", "queueOffset"]
+    assert (fast["extFields"]["queueOffset"], general["extFields"]["queueOffset"]) == ("0", "1")
+    assert headers[0].replace(fast["extFields"]["msgId"], "ID").replace('"queueOffset":"0"', "") == (
+        headers[1].replace(general["extFields"]["msgId"], "ID").replace('"queueOffset":"1"', ""))
+    pulled = decode_messages((await remoting_client.invoke(addr, pull_request("T9", 1, 0))).body_bytes())
+    assert [m.msg_id for m in pulled] == [fast["extFields"]["msgId"], general["extFields"]["msgId"]]
+    stored = encode_properties({**same, "TAGS": "A", "KEYS": "k9", "CLUSTER": "DefaultCluster"}).encode()
+    assert [m.properties_bytes for m in pulled] == [stored, stored]
+    query = RemotingCommand.request(RequestCode.QUERY_MESSAGE, {
+        "topic": "T9", "key": "k9", "maxNum": "32", "beginTimestamp": "0", "endTimestamp": str(2**62)})
+    found = await remoting_client.invoke(addr, query)
+    assert found.code == ResponseCode.SUCCESS and len(decode_messages(found.body_bytes())) == 2
+
+
 async def test_pull_statuses_match_the_spec_table(broker, remoting_client):
     addr = broker.listening["broker"]
     await remoting_client.invoke(addr, create_topic("T2", 1))
