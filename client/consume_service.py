@@ -94,29 +94,33 @@ class _Base:
             log.warning("%s: the listener failed on %r", self.consumer.group, msg, exc_info=True)
             return False
 
-    def _call_sync_batch(self, msgs: list[MessageExt]) -> list[bool]:
-        return [self._call_sync(m) for m in msgs]
+    def _call_sync_batch(self, msgs: list[MessageExt]) -> tuple[int, list[MessageExt]]:
+        return len(msgs), [m for m in msgs if not self._call_sync(m)]
 
-    async def call_batch(self, msgs: list[MessageExt]) -> list[bool]:
-        """The listener's verdict per message; shorter than ``msgs`` when the consumer stopped before the rest."""
+    async def call_batch(self, msgs: list[MessageExt], mq: MessageQueue) -> tuple[int, list[MessageExt]]:
+        """Run the listener on a pulled batch of ``mq``: how many messages it handled (fewer than ``msgs`` when the
+        consumer stopped before the rest) and the ones it failed."""
         retry = self._retry_topic
-        for m in msgs:
-            if m.topic == retry:
+        if mq.topic == retry:  # a batch comes from one queue: only a retry queue's messages need restoring
+            for m in msgs:
                 self.restore(m)
         if not self.is_async:
             return await trio.to_thread.run_sync(self._call_sync_batch, msgs, limiter=self.limiter)
-        out: list[bool] = []
+        failed: list[MessageExt] = []
         listener = self.listener
+        success = ConsumeResult.SUCCESS
         for m in msgs:
             try:
                 r = await listener(m)
-                out.append(r is None or r is True or r is ConsumeResult.SUCCESS)
             except ConsumeAbandoned:
-                break
+                return msgs.index(m), failed
             except Exception:
                 log.warning("%s: the listener failed on %r", self.consumer.group, m, exc_info=True)
-                out.append(False)
-        return out
+                failed.append(m)
+                continue
+            if r is not None and r is not True and r is not success:
+                failed.append(m)
+        return len(msgs), failed
 
     # -- giving a message back ---------------------------------------------------------------------------------
 
@@ -177,10 +181,9 @@ class ConcurrentConsumeService(_Base):
                 continue
             consumer._busy += 1
             try:
-                results = await self.call_batch(msgs)
-                handled = msgs[:len(results)]  # the rest was abandoned at shutdown: left for a later delivery
-                failed = [] if all(results) else [m for m, ok in zip(handled, results) if not ok]
-                done = handled
+                handled, failed = await self.call_batch(msgs, mq)
+                # the rest was abandoned at shutdown: left for a later delivery
+                done = msgs if handled == len(msgs) else msgs[:handled]
                 if failed and consumer.clustering:
                     kept = []
                     for m in failed:
@@ -189,13 +192,13 @@ class ConcurrentConsumeService(_Base):
                     if kept:
                         consumer.instance.spawn(self._later, kept, pq, mq)
                         kept_ids = {id(m) for m in kept}
-                        done = [m for m in handled if id(m) not in kept_ids]
+                        done = [m for m in done if id(m) not in kept_ids]
                 elif failed:
                     log.warning("%s: broadcasting: dropping %d failed message(s)", consumer.group, len(failed))
                 offset = pq.remove(done)
                 if offset >= 0 and not pq.dropped:
                     store.update(mq, offset, increase_only=True)
-                consumer.stats_consumed += len(handled) - len(failed)
+                consumer.stats_consumed += handled - len(failed)
             except Exception:
                 log.exception("%s: consuming a batch of %s failed", consumer.group, mq)
             finally:
@@ -333,9 +336,8 @@ class ChunkIterator(ConcurrentConsumeService):
             if pq.dropped or self.consumer._stopping:
                 msgs = []
                 continue
-            retry = self._retry_topic
-            for m in msgs:
-                if m.topic == retry:
+            if mq.topic == self._retry_topic:  # a batch comes from one queue
+                for m in msgs:
                     self.restore(m)
             self.msgs, self.pos, self.pq, self.mq = msgs, 0, pq, mq
 
@@ -344,7 +346,8 @@ class ChunkIterator(ConcurrentConsumeService):
         back from a task; returns the failed messages still to give back (clustering). Messages the loop never
         reached stay in the process queue, uncommitted."""
         consumer = self.consumer
-        handled = self.msgs[: self.pos]
+        msgs, pos = self.msgs, self.pos
+        handled = msgs if pos == len(msgs) else msgs[:pos]  # the batch as put: the process queue forgets it at once
         failed, pq, mq = self.failed, self.pq, self.mq
         self.msgs, self.pos, self.failed = [], 0, []
         if failed:

@@ -353,7 +353,9 @@ class PushConsumer(ConsumerCore):
                 status = result.status
                 pq.next_offset = result.next_begin_offset
                 if status is PullStatus.FOUND and result.messages:
-                    msgs = list(result.messages)
+                    msgs = result.messages
+                    if type(msgs) is not list:
+                        msgs = list(msgs)
                     self.stats_pulled += len(msgs)
                     pq.put(msgs, result.next_begin_offset)
                     service.submit(msgs, pq, mq)
@@ -407,7 +409,7 @@ class PushConsumer(ConsumerCore):
 
         mq_table = {}
         for mq, pq in list(self.process_queues.items()):
-            msgs = list(pq.msgs)
+            msgs = pq.held_offsets()
             mq_table[fastjson.ObjectKey(mq.to_json())] = {
                 "commitOffset": self.offset_store.read_memory(mq),
                 "cachedMsgMinOffset": msgs[0] if msgs else 0,
