@@ -290,43 +290,47 @@ class ChunkIterator(ConcurrentConsumeService):
         self.pos = 0
         self.pq: ProcessQueue | None = None
         self.mq: MessageQueue | None = None
-        #: the message the loop body has now, and whether it is still to be acknowledged as consumed
-        self.current: MessageExt | None = None
-        self.current_ok = True
+        #: the current batch's messages the loop gave back (``reconsume_later``); the rest up to ``pos`` is consumed
         self.failed: list[MessageExt] = []
 
     async def start(self, nursery: trio.Nursery) -> None:
         pass
 
-    def take(self) -> MessageExt | None:
-        """:meth:`next` without a coroutine while the current batch lasts: the next message of it (the previous
-        one acknowledged as in :meth:`next`), or None when the batch is done (then await :meth:`next`)."""
+    @property
+    def current(self) -> MessageExt | None:
+        """The message the loop body has now: the last one handed out of the current batch."""
+        pos = self.pos
+        return self.msgs[pos - 1] if pos else None
+
+    def reconsume_later(self, msg: MessageExt) -> bool:
+        """Mark the loop body's message failed (given back when the loop moves past its batch); False when ``msg``
+        is not the current message."""
+        if msg is None or self.current is not msg:
+            return False
+        if not any(f is msg for f in self.failed):
+            self.failed.append(msg)
+        return True
+
+    def __aiter__(self) -> ChunkIterator:
+        return self
+
+    async def __anext__(self) -> MessageExt:
+        """The current batch's next message (asking for it acknowledges the previous one); at the batch's end,
+        :meth:`next` commits it and waits for the next batch."""
         pos = self.pos
         msgs = self.msgs
         if pos < len(msgs) and not self.pq.dropped:
-            current = self.current
-            if current is not None and not self.current_ok:
-                self.failed.append(current)
             self.pos = pos + 1
-            msg = self.current = msgs[pos]
-            self.current_ok = True
-            return msg
-        return None
+            return msgs[pos]
+        return await self.next()
 
     async def next(self) -> MessageExt:
-        current = self.current
-        if current is not None:
-            self.current = None
-            if not self.current_ok:
-                self.failed.append(current)
         msgs = self.msgs
         while True:
             pos = self.pos
             if pos < len(msgs) and not self.pq.dropped:  # a queue rebalanced away: the rest is not ours
                 self.pos = pos + 1
-                msg = self.current = msgs[pos]
-                self.current_ok = True
-                return msg
+                return msgs[pos]
             if msgs:
                 self._close_batch()
             try:
@@ -380,11 +384,8 @@ class ChunkIterator(ConcurrentConsumeService):
     async def close(self, ok: bool) -> None:
         """At shutdown: acknowledge (``ok``) or fail the message the loop body has, commit the current batch's
         consumed messages, give its failed ones back, and end the iteration."""
-        current = self.current
-        if current is not None:
-            self.current = None
-            if not (ok and self.current_ok):
-                self.failed.append(current)
+        if not ok:
+            self.reconsume_later(self.current)
         if self.msgs:
             pq, mq = self.pq, self.mq
             failed = self._close_batch(give_back=False)
