@@ -142,12 +142,17 @@ class ProcessQueue:
         self.size = 0
 
 
+def _offset(m: MessageExt) -> int:
+    return m.queue_offset
+
+
 class BatchProcessQueue(ProcessQueue):
     """Concurrent consumption: pulled batches are held whole, as they came (in offset order), so a batch consumed
     in full is forgotten with one dict pop instead of one per message. The committable offset is the same as
     :class:`ProcessQueue`'s: the smallest offset still held, or one past the last pulled once empty. A partial
-    removal (failed messages kept for a local retry, a loop stopped inside a batch) or an overlapping pull rebuilds
-    the table message by message."""
+    removal (failed messages kept for a local retry, a loop stopped inside a batch) rebuilds the batches it touches
+    message by message; an overlapping pull (from an offset already pulled) merges everything held into one
+    batch in offset order."""
 
     __slots__ = ("batches", "held")
 
@@ -178,13 +183,13 @@ class BatchProcessQueue(ProcessQueue):
                 self.batches[id(msgs)] = (msgs, nbytes)
                 self.held += len(msgs)
                 self.size += nbytes
-            else:  # overlapping what was pulled before: hold only the offsets not held now, keep offset order
+            else:  # overlapping what was pulled before: hold only the offsets not held now, all as one batch
                 held = set(self.held_offsets())
                 new = [m for m in msgs if m.queue_offset not in held]
                 if new:
                     nbytes = sum([len(m.body) for m in new])
-                    entries = sorted([*self.batches.values(), (new, nbytes)], key=lambda e: e[0][0].queue_offset)
-                    self.batches = {id(e[0]): e for e in entries}
+                    merged = sorted([*(m for b, _ in self.batches.values() for m in b), *new], key=_offset)
+                    self.batches = {id(merged): (merged, self.size + nbytes)}
                     self.held += len(new)
                     self.size += nbytes
             if last > self.max_offset:
