@@ -94,29 +94,33 @@ class _Base:
             log.warning("%s: the listener failed on %r", self.consumer.group, msg, exc_info=True)
             return False
 
-    def _call_sync_batch(self, msgs: list[MessageExt]) -> list[bool]:
-        return [self._call_sync(m) for m in msgs]
+    def _call_sync_batch(self, msgs: list[MessageExt]) -> tuple[int, list[MessageExt]]:
+        return len(msgs), [m for m in msgs if not self._call_sync(m)]
 
-    async def call_batch(self, msgs: list[MessageExt]) -> list[bool]:
-        """The listener's verdict per message; shorter than ``msgs`` when the consumer stopped before the rest."""
+    async def call_batch(self, msgs: list[MessageExt], mq: MessageQueue) -> tuple[int, list[MessageExt]]:
+        """Run the listener on a pulled batch of ``mq``: how many messages it handled (fewer than ``msgs`` when the
+        consumer stopped before the rest) and the ones it failed."""
         retry = self._retry_topic
-        for m in msgs:
-            if m.topic == retry:
+        if mq.topic == retry:  # a batch comes from one queue: only a retry queue's messages need restoring
+            for m in msgs:
                 self.restore(m)
         if not self.is_async:
             return await trio.to_thread.run_sync(self._call_sync_batch, msgs, limiter=self.limiter)
-        out: list[bool] = []
+        failed: list[MessageExt] = []
         listener = self.listener
+        success = ConsumeResult.SUCCESS
         for m in msgs:
             try:
                 r = await listener(m)
-                out.append(r is None or r is True or r is ConsumeResult.SUCCESS)
             except ConsumeAbandoned:
-                break
+                return msgs.index(m), failed
             except Exception:
                 log.warning("%s: the listener failed on %r", self.consumer.group, m, exc_info=True)
-                out.append(False)
-        return out
+                failed.append(m)
+                continue
+            if r is not None and r is not True and r is not success:
+                failed.append(m)
+        return len(msgs), failed
 
     # -- giving a message back ---------------------------------------------------------------------------------
 
@@ -177,10 +181,9 @@ class ConcurrentConsumeService(_Base):
                 continue
             consumer._busy += 1
             try:
-                results = await self.call_batch(msgs)
-                handled = msgs[:len(results)]  # the rest was abandoned at shutdown: left for a later delivery
-                failed = [] if all(results) else [m for m, ok in zip(handled, results) if not ok]
-                done = handled
+                handled, failed = await self.call_batch(msgs, mq)
+                # the rest was abandoned at shutdown: left for a later delivery
+                done = msgs if handled == len(msgs) else msgs[:handled]
                 if failed and consumer.clustering:
                     kept = []
                     for m in failed:
@@ -189,13 +192,13 @@ class ConcurrentConsumeService(_Base):
                     if kept:
                         consumer.instance.spawn(self._later, kept, pq, mq)
                         kept_ids = {id(m) for m in kept}
-                        done = [m for m in handled if id(m) not in kept_ids]
+                        done = [m for m in done if id(m) not in kept_ids]
                 elif failed:
                     log.warning("%s: broadcasting: dropping %d failed message(s)", consumer.group, len(failed))
                 offset = pq.remove(done)
                 if offset >= 0 and not pq.dropped:
                     store.update(mq, offset, increase_only=True)
-                consumer.stats_consumed += len(handled) - len(failed)
+                consumer.stats_consumed += handled - len(failed)
             except Exception:
                 log.exception("%s: consuming a batch of %s failed", consumer.group, mq)
             finally:
@@ -287,43 +290,47 @@ class ChunkIterator(ConcurrentConsumeService):
         self.pos = 0
         self.pq: ProcessQueue | None = None
         self.mq: MessageQueue | None = None
-        #: the message the loop body has now, and whether it is still to be acknowledged as consumed
-        self.current: MessageExt | None = None
-        self.current_ok = True
+        #: the current batch's messages the loop gave back (``reconsume_later``); the rest up to ``pos`` is consumed
         self.failed: list[MessageExt] = []
 
     async def start(self, nursery: trio.Nursery) -> None:
         pass
 
-    def take(self) -> MessageExt | None:
-        """:meth:`next` without a coroutine while the current batch lasts: the next message of it (the previous
-        one acknowledged as in :meth:`next`), or None when the batch is done (then await :meth:`next`)."""
+    @property
+    def current(self) -> MessageExt | None:
+        """The message the loop body has now: the last one handed out of the current batch."""
+        pos = self.pos
+        return self.msgs[pos - 1] if pos else None
+
+    def reconsume_later(self, msg: MessageExt) -> bool:
+        """Mark the loop body's message failed (given back when the loop moves past its batch); False when ``msg``
+        is not the current message."""
+        if msg is None or self.current is not msg:
+            return False
+        if not any(f is msg for f in self.failed):
+            self.failed.append(msg)
+        return True
+
+    def __aiter__(self) -> ChunkIterator:
+        return self
+
+    async def __anext__(self) -> MessageExt:
+        """The current batch's next message (asking for it acknowledges the previous one); at the batch's end,
+        :meth:`next` commits it and waits for the next batch."""
         pos = self.pos
         msgs = self.msgs
         if pos < len(msgs) and not self.pq.dropped:
-            current = self.current
-            if current is not None and not self.current_ok:
-                self.failed.append(current)
             self.pos = pos + 1
-            msg = self.current = msgs[pos]
-            self.current_ok = True
-            return msg
-        return None
+            return msgs[pos]
+        return await self.next()
 
     async def next(self) -> MessageExt:
-        current = self.current
-        if current is not None:
-            self.current = None
-            if not self.current_ok:
-                self.failed.append(current)
         msgs = self.msgs
         while True:
             pos = self.pos
             if pos < len(msgs) and not self.pq.dropped:  # a queue rebalanced away: the rest is not ours
                 self.pos = pos + 1
-                msg = self.current = msgs[pos]
-                self.current_ok = True
-                return msg
+                return msgs[pos]
             if msgs:
                 self._close_batch()
             try:
@@ -333,9 +340,8 @@ class ChunkIterator(ConcurrentConsumeService):
             if pq.dropped or self.consumer._stopping:
                 msgs = []
                 continue
-            retry = self._retry_topic
-            for m in msgs:
-                if m.topic == retry:
+            if mq.topic == self._retry_topic:  # a batch comes from one queue
+                for m in msgs:
                     self.restore(m)
             self.msgs, self.pos, self.pq, self.mq = msgs, 0, pq, mq
 
@@ -344,7 +350,8 @@ class ChunkIterator(ConcurrentConsumeService):
         back from a task; returns the failed messages still to give back (clustering). Messages the loop never
         reached stay in the process queue, uncommitted."""
         consumer = self.consumer
-        handled = self.msgs[: self.pos]
+        msgs, pos = self.msgs, self.pos
+        handled = msgs if pos == len(msgs) else msgs[:pos]  # the batch as put: the process queue forgets it at once
         failed, pq, mq = self.failed, self.pq, self.mq
         self.msgs, self.pos, self.failed = [], 0, []
         if failed:
@@ -377,11 +384,8 @@ class ChunkIterator(ConcurrentConsumeService):
     async def close(self, ok: bool) -> None:
         """At shutdown: acknowledge (``ok``) or fail the message the loop body has, commit the current batch's
         consumed messages, give its failed ones back, and end the iteration."""
-        current = self.current
-        if current is not None:
-            self.current = None
-            if not (ok and self.current_ok):
-                self.failed.append(current)
+        if not ok:
+            self.reconsume_later(self.current)
         if self.msgs:
             pq, mq = self.pq, self.mq
             failed = self._close_batch(give_back=False)

@@ -162,6 +162,9 @@ class SendResult:
 
 _IP_CACHE: dict[bytes, str] = {}
 _TOPIC_CACHE: dict[bytes, str] = {}
+#: what decode_messages reads of an IPv4/IPv4 header: TOTALSIZE, QUEUEOFFSET, SYSFLAG, BODYLENGTH
+_LEAN_V4 = struct.Struct(">i16xq8xi44xi")
+assert _LEAN_V4.size == HEADER_STRUCTS[0].size
 
 
 def _ip(raw: bytes) -> str:
@@ -200,7 +203,7 @@ class MessageExt:
     are parsed from the record on first use (the consumer's hot path rarely needs them all).
 
     :func:`decode_messages` sets only what the consumer's hot path reads (topic, body, raw properties, queue
-    offset); every other field is filled from the record's unpacked header on first access (``__getattr__`` runs
+    offset); every other field is filled from the record's header on first access (``__getattr__`` runs
     only while a slot is still empty). All fields read and assign as plain attributes.
     """
 
@@ -261,8 +264,9 @@ class MessageExt:
         # only reached for an empty slot: a decoded message's lazy fields, filled all at once from its header
         if name not in _LAZY_FIELDS:
             raise AttributeError(f"'MessageExt' object has no attribute {name!r}")
+        head = self._head  # the record's header bytes: unpacked only now, with the layout its sys flag names
         (size, _magic, crc, queue_id, flag, _qoff, phys, sys_flag, born_ts, born_ip, born_port, store_ts, store_ip,
-         store_port, reconsume, prepared, _body_len) = self._head
+         store_port, reconsume, prepared, _body_len) = HEADER_STRUCTS[(head[39] >> 4) & 3].unpack_from(head)
         self._fill(size, crc, queue_id, flag, phys, sys_flag, born_ts, born_ip, born_port, store_ts, store_ip,
                    store_port, reconsume, prepared)
         return object.__getattribute__(self, name)
@@ -391,11 +395,11 @@ def decode_messages(
 ) -> list[MessageExt]:
     """Decode back-to-back stored records (a PULL / QUERY / VIEW body, spec 5.1-5.2) into ``MessageExt``.
 
-    The consumer's hot path: one ``struct`` unpack per record (IPv4 hosts; an IPv6 record is unpacked again with
-    its own layout), slices of the received ``bytes`` for body, topic and properties, and a ``MessageExt`` with
-    only the fields the consumer reads set; the rest (hosts, timestamps ...) are filled from the unpacked header on
-    first access and the properties parsed on first use. No validation beyond what a slice needs (a corrupt
-    record raises ``ValueError``).
+    The consumer's hot path: one ``struct`` unpack of the four fields it needs per record (an IPv6 record's body
+    length is read again with its own layout), slices of the received ``bytes`` for header, body, topic and
+    properties, and a ``MessageExt`` with only the fields the consumer reads set; the rest (hosts, timestamps ...)
+    are filled from the header bytes, unpacked on first access, and the properties parsed on first use. No
+    validation beyond what a slice needs (a corrupt record raises ``ValueError``).
     """
     if type(buf) is not bytes:
         buf = bytes(buf)
@@ -403,7 +407,7 @@ def decode_messages(
     append = out.append
     n = len(buf)
     pos = 0
-    unpack_v4 = HEADER_STRUCTS[0].unpack_from
+    unpack_v4 = _LEAN_V4.unpack_from
     head_v4 = HEADER_STRUCTS[0].size
     topics = _TOPIC_CACHE
     new = object.__new__
@@ -413,17 +417,15 @@ def decode_messages(
     last_topic = ""
     try:
         while pos < n:
-            head = unpack_v4(buf, pos)
-            size = head[0]
-            sys_flag = head[7]
+            size, queue_offset, sys_flag, body_len = unpack_v4(buf, pos)
             p = pos + head_v4
             if sys_flag & 0x30:  # an IPv6 born or store host: another layout
                 st = HEADER_STRUCTS[(sys_flag >> 4) & 3]
-                head = st.unpack_from(buf, pos)
+                body_len = st.unpack_from(buf, pos)[16]
                 p = pos + st.size
             if size <= 0:
                 raise ValueError(f"bad record size {size}")
-            body_len = head[16]
+            head = buf[pos:p]  # unpacked whole only if a lazy field is read
             body = buf[p:p + body_len]
             p += body_len
             topic_len = buf[p]
@@ -443,7 +445,7 @@ def decode_messages(
             m.topic = last_topic
             m.body = body
             m.raw_properties = buf[p + 2:p + 2 + props_len]
-            m.queue_offset = head[5]
+            m.queue_offset = queue_offset
             m._head = head
             m._batch = batch
             m._properties = None

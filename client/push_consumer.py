@@ -252,14 +252,14 @@ class PushConsumer(ConsumerCore):
         await item.done.wait()
         return ConsumeResult.SUCCESS if item.ok else ConsumeResult.RECONSUME_LATER
 
-    def __aiter__(self) -> PushConsumer:
-        return self
+    def __aiter__(self) -> PushConsumer | ChunkIterator:
+        # a started concurrent consumer: the loop iterates its batches directly (no second coroutine per message)
+        return self._chunks if self._chunks is not None else self
 
     async def __anext__(self) -> MessageExt:
         chunks = self._chunks
         if chunks is not None:
-            msg = chunks.take()  # the current batch's next message, no second coroutine per message
-            return msg if msg is not None else await chunks.next()
+            return await chunks.__anext__()
         if self._iter_recv is None:
             raise ClientStateError("iterate a started consumer that has no listener")
         current, self._iter_current = self._iter_current, None
@@ -276,8 +276,8 @@ class PushConsumer(ConsumerCore):
         """In ``async for``: give the current message back for a later retry instead of acknowledging it."""
         if self._iter_current is not None and self._iter_current.msg is msg:
             self._iter_current.ok = False
-        elif self._chunks is not None and self._chunks.current is msg:
-            self._chunks.current_ok = False
+        elif self._chunks is not None:
+            self._chunks.reconsume_later(msg)
 
     # -- rebalance (pyrmq.client.rebalance) ----------------------------------------------------------------
 
@@ -353,7 +353,9 @@ class PushConsumer(ConsumerCore):
                 status = result.status
                 pq.next_offset = result.next_begin_offset
                 if status is PullStatus.FOUND and result.messages:
-                    msgs = list(result.messages)
+                    msgs = result.messages
+                    if type(msgs) is not list:
+                        msgs = list(msgs)
                     self.stats_pulled += len(msgs)
                     pq.put(msgs, result.next_begin_offset)
                     service.submit(msgs, pq, mq)
@@ -407,7 +409,7 @@ class PushConsumer(ConsumerCore):
 
         mq_table = {}
         for mq, pq in list(self.process_queues.items()):
-            msgs = list(pq.msgs)
+            msgs = pq.held_offsets()
             mq_table[fastjson.ObjectKey(mq.to_json())] = {
                 "commitOffset": self.offset_store.read_memory(mq),
                 "cachedMsgMinOffset": msgs[0] if msgs else 0,

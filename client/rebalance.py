@@ -21,7 +21,7 @@ from pyrmq.client import api
 from pyrmq.client.consumer import ConsumeFrom
 from pyrmq.client.errors import BrokerError
 from pyrmq.client.message import MessageQueue
-from pyrmq.client.process_queue import ProcessQueue
+from pyrmq.client.process_queue import BatchProcessQueue, ProcessQueue
 from pyrmq.remoting.errors import RemotingError
 from pyrmq.remoting.vocabulary import RETRY_GROUP_TOPIC_PREFIX
 
@@ -130,7 +130,7 @@ class Rebalancer:
                 log.warning("%s: cannot find where to start %s: %s", self.c.group, mq, exc)
                 retry_later = True
                 continue
-            pq = ProcessQueue()
+            pq = ProcessQueue() if self.c.orderly else BatchProcessQueue()
             pq.next_offset = offset
             if self.c.orderly and self.c.clustering:
                 pq.locked = True
