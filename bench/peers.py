@@ -56,6 +56,11 @@ from pyrmq.client import Admin, BlockingProducer, Message, Producer, PushConsume
 from pyrmq.client.plugins import allocate_strategies  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
+#: the Python part's consume rows run twice: with RocketMQ's pull of 32 messages (pullBatchSize, and the broker's
+#: maxTransferCountOnMessageInMemory), and with pulls of PULL_TUNED, for which its broker gets these caps (a client
+#: asking 32 gets 32 either way)
+PULL_TUNED = 256
+PULL_TUNED_SETS = (f"maxTransferCountOnMessageInMemory={PULL_TUNED}", "maxTransferBytesOnMessageInMemory=4194304")
 BODY = b"x" * 1024
 T0 = time.monotonic()
 
@@ -101,8 +106,9 @@ class PyrmqServer:
 
     name = "pyrmq"
 
-    def __init__(self, work: Path, source: Path | None = None) -> None:
-        """``source``: a directory holding another ``pyrmq`` tree (``--before``) to run instead of this one."""
+    def __init__(self, work: Path, source: Path | None = None, sets: tuple[str, ...] = ()) -> None:
+        """``source``: a directory holding another ``pyrmq`` tree (``--before``) to run instead of this one;
+        ``sets``: broker.conf overrides (``--set KEY=VALUE``)."""
         if source is not None:
             self.name = "pyrmq_before"
         self.store = work / f"{self.name}-store"
@@ -113,7 +119,8 @@ class PyrmqServer:
         self.procs: list[subprocess.Popen] = []
         self.namesrv_addr = self._start(["namesrv", "--listen", "127.0.0.1:0"], env)
         self.broker_addr = self._start(["broker", "-c", "broker", "--namesrv", self.namesrv_addr, "--listen",
-                                        f"127.0.0.1:{free_port()}", "--store-dir", str(self.store)], env)
+                                        f"127.0.0.1:{free_port()}", "--store-dir", str(self.store),
+                                        *(arg for kv in sets for arg in ("--set", kv))], env)
         self.pid = self.procs[-1].pid
 
     def _start(self, args: list[str], env: dict[str, str]) -> str:
@@ -425,31 +432,32 @@ def part2_pyrmq(server: PyrmqServer, sizes: dict[str, int]) -> dict[str, dict]:
         # the first consumer of a process imports the kernel's plugin loader for its allocation strategies
         # (~70 ms, once); redis-py's imports are done before its timing too
         allocate_strategies()
-        count = [0]
-        finished = trio.Event()
+        for pull, suffix in ((32, ""), (PULL_TUNED, str(PULL_TUNED))):
+            count = [0]
+            finished = trio.Event()
 
-        async def on_message(msg) -> None:
-            count[0] += 1
-            if count[0] >= n:
-                finished.set()
+            async def on_message(msg) -> None:
+                count[0] += 1
+                if count[0] >= n:
+                    finished.set()
 
-        with Timed(server.pid) as t:
-            async with PushConsumer(server.namesrv_addr, "peers_py_listener", subscribe={"PyStore": "*"},
-                                    listener=on_message, consume_from="first"):
-                with trio.fail_after(1800):
-                    await finished.wait()
-        out["py_consume_listener"] = t.row(n)
+            with Timed(server.pid) as t:
+                async with PushConsumer(server.namesrv_addr, f"peers_py_listener{suffix}", subscribe={"PyStore": "*"},
+                                        listener=on_message, consume_from="first", pull_batch_size=pull):
+                    with trio.fail_after(1800):
+                        await finished.wait()
+            out[f"py_consume_listener{suffix}"] = t.row(n)
 
-        with Timed(server.pid) as t:
-            async with PushConsumer(server.namesrv_addr, "peers_py_iter", subscribe={"PyStore": "*"},
-                                    consume_from="first") as consumer:
-                got = 0
-                with trio.fail_after(1800):
-                    async for _msg in consumer:
-                        got += 1
-                        if got >= n:
-                            break
-        out["py_consume_iter"] = t.row(n)
+            with Timed(server.pid) as t:
+                async with PushConsumer(server.namesrv_addr, f"peers_py_iter{suffix}", subscribe={"PyStore": "*"},
+                                        consume_from="first", pull_batch_size=pull) as consumer:
+                    got = 0
+                    with trio.fail_after(1800):
+                        async for _msg in consumer:
+                            got += 1
+                            if got >= n:
+                                break
+            out[f"py_consume_iter{suffix}"] = t.row(n)
 
     trio.run(main)
 
@@ -563,6 +571,10 @@ def table(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int]) -> s
          f"{sizes['py_count']:,}"),
         ("Python: consume stored, async for (XREAD 1000)", "pyrmq_py", "redis", "py_consume_iter", "py_consume",
          f"{sizes['py_count']:,}"),
+        (f"Python: consume stored, listener, pulls of {PULL_TUNED} (XREAD 1000)", "pyrmq_py", "redis",
+         f"py_consume_listener{PULL_TUNED}", "py_consume", f"{sizes['py_count']:,}"),
+        (f"Python: consume stored, async for, pulls of {PULL_TUNED} (XREAD 1000)", "pyrmq_py", "redis",
+         f"py_consume_iter{PULL_TUNED}", "py_consume", f"{sizes['py_count']:,}"),
     ]
     peer_name = {"java": "RocketMQ 4.9.7", "redis": "Redis 7 Streams"}
     lines = [
@@ -630,6 +642,10 @@ def table_before(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int
         ("Python: batches of 100 (pipelined XADD)", "pyrmq_py", "redis", "py_batch100", "py_batch100"),
         ("Python: consume stored, listener (XREAD 1000)", "pyrmq_py", "redis", "py_consume_listener", "py_consume"),
         ("Python: consume stored, async for (XREAD 1000)", "pyrmq_py", "redis", "py_consume_iter", "py_consume"),
+        (f"Python: consume stored, listener, pulls of {PULL_TUNED} (XREAD 1000)", "pyrmq_py", "redis",
+         f"py_consume_listener{PULL_TUNED}", "py_consume"),
+        (f"Python: consume stored, async for, pulls of {PULL_TUNED} (XREAD 1000)", "pyrmq_py", "redis",
+         f"py_consume_iter{PULL_TUNED}", "py_consume"),
     ]
     lines = [
         f"| workload (1 KiB bodies) | before ({rev}) msgs/s | after msgs/s | after / before | peer msgs/s "
@@ -741,7 +757,7 @@ def main() -> None:
                         finally:
                             server.stop()
                     else:
-                        server = PyrmqServer(work, before if name == "pyrmq_py_before" else None)
+                        server = PyrmqServer(work, before if name == "pyrmq_py_before" else None, PULL_TUNED_SETS)
                         try:
                             if before:
                                 figures = part2_pyrmq_process(server, sizes, before if name == "pyrmq_py_before" else None)
