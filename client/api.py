@@ -15,7 +15,7 @@ from pyrmq.client.errors import BrokerError
 from pyrmq.client.message import MessageExt, MessageQueue, PullResult, PullStatus, decode_messages, raw_tags
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
-from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.command import RemotingCommand, json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.instance import ClientInstance
@@ -44,6 +44,35 @@ _PULL_STATUS = {
 }
 
 
+#: (group, queue, max_nums, suspend_ms, expression_type, subscription) -> the PULL_MESSAGE header's JSON members
+#: around the fields that change from pull to pull (queueOffset, sysFlag, commitOffset, subVersion)
+_PULL_JSON: dict[tuple[Any, ...], tuple[str, str, str, str, str]] = {}
+_PULL_JSON_MAX = 4096
+
+
+def _pull_json_parts(
+    group: str, mq: MessageQueue, max_nums: int, suspend_ms: int, expression_type: str, subscription: str | None
+) -> tuple[str, str, str, str, str]:
+    key = (group, mq, max_nums, suspend_ms, expression_type, subscription)
+    parts = _PULL_JSON.get(key)
+    if parts is None:
+        if len(_PULL_JSON) >= _PULL_JSON_MAX:
+            _PULL_JSON.clear()
+        # the members in the order of pull()'s ext dict, as RemotingCommand's generic JSON encoder writes them
+        tail = f'","expressionType":{json_text(expression_type)}'
+        if subscription is not None:
+            tail += f',"subscription":{json_text(subscription)}'
+        parts = _PULL_JSON[key] = (
+            f'"consumerGroup":{json_text(group)},"topic":{json_text(mq.topic)},"queueId":"{mq.queue_id:d}",'
+            f'"queueOffset":"',
+            f'","maxMsgNums":"{max_nums:d}","sysFlag":"',
+            '","commitOffset":"',
+            f'","suspendTimeoutMillis":"{suspend_ms:d}","subVersion":"',
+            tail,
+        )
+    return parts
+
+
 async def pull(
     instance: ClientInstance,
     addr: str,
@@ -70,7 +99,16 @@ async def pull(
     }
     if subscription is not None:
         ext["subscription"] = subscription
-    response = await instance.remoting.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), timeout)
+    request = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+    remoting = instance.remoting
+    if remoting.signer is None and type(offset) is int and type(sys_flag) is int and type(commit_offset) is int \
+            and type(sub_version) is int and type(max_nums) is int and type(suspend_ms) is int:
+        # the header's members from the queue's template, only the per-pull numbers written (RemotingCommand.ext_json;
+        # the same bytes as the generic encoder's); a signer adds fields to ``ext``, so a signed request takes the
+        # generic encoder
+        head, mid, mid2, mid3, tail = _pull_json_parts(group, mq, max_nums, suspend_ms, expression_type, subscription)
+        request.ext_json = f"{head}{offset:d}{mid}{sys_flag:d}{mid2}{commit_offset:d}{mid3}{sub_version:d}{tail}"
+    response = await remoting.invoke(addr, request, timeout)
     status = _PULL_STATUS.get(response.code)
     if status is None:
         raise BrokerError(response.code, response.remark, addr, "PULL_MESSAGE")
