@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "pull",
+    "pull_request",
+    "pull_result",
     "query_consumer_offset",
     "update_consumer_offset",
     "max_offset",
@@ -73,9 +75,8 @@ def _pull_json_parts(
     return parts
 
 
-async def pull(
+def pull_request(
     instance: ClientInstance,
-    addr: str,
     mq: MessageQueue,
     group: str,
     offset: int,
@@ -87,11 +88,8 @@ async def pull(
     sub_version: int = 0,
     subscription: str | None = None,
     expression_type: str = "TAG",
-    timeout: float = 30.0,
-    tags: frozenset[str] | None = None,
-) -> PullResult:
-    """PULL_MESSAGE (11). ``tags`` (when not None) re-checks the messages' TAGS client side (spec 5.2): the broker
-    filters on the tag hash only."""
+) -> RemotingCommand:
+    """The PULL_MESSAGE (11) request :func:`pull` sends (its answer goes to :func:`pull_result`)."""
     ext: dict[str, Any] = {
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset, "maxMsgNums": max_nums,
         "sysFlag": sys_flag, "commitOffset": commit_offset, "suspendTimeoutMillis": suspend_ms, "subVersion": sub_version,
@@ -100,15 +98,21 @@ async def pull(
     if subscription is not None:
         ext["subscription"] = subscription
     request = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
-    remoting = instance.remoting
-    if remoting.signer is None and type(offset) is int and type(sys_flag) is int and type(commit_offset) is int \
-            and type(sub_version) is int and type(max_nums) is int and type(suspend_ms) is int:
+    if instance.remoting.signer is None and type(offset) is int and type(sys_flag) is int \
+            and type(commit_offset) is int and type(sub_version) is int and type(max_nums) is int \
+            and type(suspend_ms) is int:
         # the header's members from the queue's template, only the per-pull numbers written (RemotingCommand.ext_json;
         # the same bytes as the generic encoder's); a signer adds fields to ``ext``, so a signed request takes the
         # generic encoder
         head, mid, mid2, mid3, tail = _pull_json_parts(group, mq, max_nums, suspend_ms, expression_type, subscription)
         request.ext_json = f"{head}{offset:d}{mid}{sys_flag:d}{mid2}{commit_offset:d}{mid3}{sub_version:d}{tail}"
-    response = await remoting.invoke(addr, request, timeout)
+    return request
+
+
+def pull_result(
+    instance: ClientInstance, addr: str, mq: MessageQueue, response: RemotingCommand, tags: frozenset[str] | None = None
+) -> PullResult:
+    """Decode the answer to a PULL_MESSAGE of ``mq`` sent to ``addr`` (see :func:`pull`); raises BrokerError."""
     status = _PULL_STATUS.get(response.code)
     if status is None:
         raise BrokerError(response.code, response.remark, addr, "PULL_MESSAGE")
@@ -131,6 +135,33 @@ async def pull(
     # the next pull of this queue goes where the broker suggested (Java's PullAPIWrapper.updatePullFromWhichNode)
     instance.pull_from[mq] = suggest
     return PullResult(status, next_begin, low, high, messages, suggest)
+
+
+async def pull(
+    instance: ClientInstance,
+    addr: str,
+    mq: MessageQueue,
+    group: str,
+    offset: int,
+    *,
+    max_nums: int = 32,
+    sys_flag: int = 0,
+    commit_offset: int = 0,
+    suspend_ms: int = 15000,
+    sub_version: int = 0,
+    subscription: str | None = None,
+    expression_type: str = "TAG",
+    timeout: float = 30.0,
+    tags: frozenset[str] | None = None,
+) -> PullResult:
+    """PULL_MESSAGE (11). ``tags`` (when not None) re-checks the messages' TAGS client side (spec 5.2): the broker
+    filters on the tag hash only."""
+    request = pull_request(
+        instance, mq, group, offset, max_nums=max_nums, sys_flag=sys_flag, commit_offset=commit_offset,
+        suspend_ms=suspend_ms, sub_version=sub_version, subscription=subscription, expression_type=expression_type,
+    )
+    response = await instance.remoting.invoke(addr, request, timeout)
+    return pull_result(instance, addr, mq, response, tags)
 
 
 def _offset_of(response: RemotingCommand, addr: str, name: str) -> int:
