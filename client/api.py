@@ -15,13 +15,15 @@ from pyrmq.client.errors import BrokerError
 from pyrmq.client.message import MessageExt, MessageQueue, PullResult, PullStatus, decode_messages, raw_tags
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
-from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.command import RemotingCommand, json_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.instance import ClientInstance
 
 __all__ = [
     "pull",
+    "pull_request",
+    "pull_result",
     "query_consumer_offset",
     "update_consumer_offset",
     "max_offset",
@@ -44,9 +46,37 @@ _PULL_STATUS = {
 }
 
 
-async def pull(
+#: (group, queue, max_nums, suspend_ms, expression_type, subscription) -> the PULL_MESSAGE header's JSON members
+#: around the fields that change from pull to pull (queueOffset, sysFlag, commitOffset, subVersion)
+_PULL_JSON: dict[tuple[Any, ...], tuple[str, str, str, str, str]] = {}
+_PULL_JSON_MAX = 4096
+
+
+def _pull_json_parts(
+    group: str, mq: MessageQueue, max_nums: int, suspend_ms: int, expression_type: str, subscription: str | None
+) -> tuple[str, str, str, str, str]:
+    key = (group, mq, max_nums, suspend_ms, expression_type, subscription)
+    parts = _PULL_JSON.get(key)
+    if parts is None:
+        if len(_PULL_JSON) >= _PULL_JSON_MAX:
+            _PULL_JSON.clear()
+        # the members in the order of pull()'s ext dict, as RemotingCommand's generic JSON encoder writes them
+        tail = f'","expressionType":{json_text(expression_type)}'
+        if subscription is not None:
+            tail += f',"subscription":{json_text(subscription)}'
+        parts = _PULL_JSON[key] = (
+            f'"consumerGroup":{json_text(group)},"topic":{json_text(mq.topic)},"queueId":"{mq.queue_id:d}",'
+            f'"queueOffset":"',
+            f'","maxMsgNums":"{max_nums:d}","sysFlag":"',
+            '","commitOffset":"',
+            f'","suspendTimeoutMillis":"{suspend_ms:d}","subVersion":"',
+            tail,
+        )
+    return parts
+
+
+def pull_request(
     instance: ClientInstance,
-    addr: str,
     mq: MessageQueue,
     group: str,
     offset: int,
@@ -58,11 +88,8 @@ async def pull(
     sub_version: int = 0,
     subscription: str | None = None,
     expression_type: str = "TAG",
-    timeout: float = 30.0,
-    tags: frozenset[str] | None = None,
-) -> PullResult:
-    """PULL_MESSAGE (11). ``tags`` (when not None) re-checks the messages' TAGS client side (spec 5.2): the broker
-    filters on the tag hash only."""
+) -> RemotingCommand:
+    """The PULL_MESSAGE (11) request :func:`pull` sends (its answer goes to :func:`pull_result`)."""
     ext: dict[str, Any] = {
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset, "maxMsgNums": max_nums,
         "sysFlag": sys_flag, "commitOffset": commit_offset, "suspendTimeoutMillis": suspend_ms, "subVersion": sub_version,
@@ -70,7 +97,22 @@ async def pull(
     }
     if subscription is not None:
         ext["subscription"] = subscription
-    response = await instance.remoting.invoke(addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, ext), timeout)
+    request = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
+    if instance.remoting.signer is None and type(offset) is int and type(sys_flag) is int \
+            and type(commit_offset) is int and type(sub_version) is int and type(max_nums) is int \
+            and type(suspend_ms) is int:
+        # the header's members from the queue's template, only the per-pull numbers written (RemotingCommand.ext_json;
+        # the same bytes as the generic encoder's); a signer adds fields to ``ext``, so a signed request takes the
+        # generic encoder
+        head, mid, mid2, mid3, tail = _pull_json_parts(group, mq, max_nums, suspend_ms, expression_type, subscription)
+        request.ext_json = f"{head}{offset:d}{mid}{sys_flag:d}{mid2}{commit_offset:d}{mid3}{sub_version:d}{tail}"
+    return request
+
+
+def pull_result(
+    instance: ClientInstance, addr: str, mq: MessageQueue, response: RemotingCommand, tags: frozenset[str] | None = None
+) -> PullResult:
+    """Decode the answer to a PULL_MESSAGE of ``mq`` sent to ``addr`` (see :func:`pull`); raises BrokerError."""
     status = _PULL_STATUS.get(response.code)
     if status is None:
         raise BrokerError(response.code, response.remark, addr, "PULL_MESSAGE")
@@ -93,6 +135,33 @@ async def pull(
     # the next pull of this queue goes where the broker suggested (Java's PullAPIWrapper.updatePullFromWhichNode)
     instance.pull_from[mq] = suggest
     return PullResult(status, next_begin, low, high, messages, suggest)
+
+
+async def pull(
+    instance: ClientInstance,
+    addr: str,
+    mq: MessageQueue,
+    group: str,
+    offset: int,
+    *,
+    max_nums: int = 32,
+    sys_flag: int = 0,
+    commit_offset: int = 0,
+    suspend_ms: int = 15000,
+    sub_version: int = 0,
+    subscription: str | None = None,
+    expression_type: str = "TAG",
+    timeout: float = 30.0,
+    tags: frozenset[str] | None = None,
+) -> PullResult:
+    """PULL_MESSAGE (11). ``tags`` (when not None) re-checks the messages' TAGS client side (spec 5.2): the broker
+    filters on the tag hash only."""
+    request = pull_request(
+        instance, mq, group, offset, max_nums=max_nums, sys_flag=sys_flag, commit_offset=commit_offset,
+        suspend_ms=suspend_ms, sub_version=sub_version, subscription=subscription, expression_type=expression_type,
+    )
+    response = await instance.remoting.invoke(addr, request, timeout)
+    return pull_result(instance, addr, mq, response, tags)
 
 
 def _offset_of(response: RemotingCommand, addr: str, name: str) -> int:

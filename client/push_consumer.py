@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import outcome
 import trio
 
 from pyrmq.client import api
@@ -50,14 +51,15 @@ from pyrmq.client.consumer import (
 )
 from pyrmq.client.errors import BrokerError, ClientStateError, InvalidMessageError
 from pyrmq.client.instance import ClientInstance
-from pyrmq.client.message import MessageExt, MessageQueue, PullStatus
+from pyrmq.client.message import MessageExt, MessageQueue, PullResult, PullStatus
 from pyrmq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from pyrmq.client.plugins import resolve_strategy
 from pyrmq.client.process_queue import ProcessQueue
 from pyrmq.client.producer import Producer
 from pyrmq.client.rebalance import LOCK_RETRY_DELAY, Rebalancer
 from pyrmq.remoting import fastjson
-from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.codes import RequestCode, ResponseCode
+from pyrmq.remoting.errors import RemotingTimeout
 from pyrmq.remoting.vocabulary import PullSysFlag
 
 __all__ = ["PushConsumer"]
@@ -79,6 +81,98 @@ class _IterItem:
         self.msg = msg
         self.done = trio.Event()
         self.ok = True
+
+
+class _PullChain:
+    """The pulls of one queue while every answer finds messages (Java's PullCallback): each answer is decoded, held
+    and handed to the consume service in the connection's reader (``Connection.invoke_callback``), which sends the
+    queue's next pull with the other frames of its round; the queue's pull loop wakes only when the chain stops: an
+    answer without messages or an error (handed back to the loop), or a check before the next pull that fails (flow
+    control, a dropped queue, a changed subscription or broker): the loop then does what it does for any pull. Each
+    pull keeps the loop's timeout (enforced by the loop, which cancels the pull in flight)."""
+
+    __slots__ = ("consumer", "mq", "pq", "sub", "addr", "conn", "timeout", "opaque", "deadline", "done", "stopped",
+                 "result", "error")
+
+    def __init__(self, consumer: PushConsumer, mq: MessageQueue, pq: ProcessQueue, sub: Subscription, addr: str,
+                 timeout: float) -> None:
+        self.consumer = consumer
+        self.mq = mq
+        self.pq = pq
+        self.sub = sub
+        self.addr = addr
+        self.conn: Any = None
+        self.timeout = timeout
+        self.opaque = 0
+        self.deadline = 0.0
+        self.done = trio.Event()
+        self.stopped = False
+        self.result: PullResult | None = None
+        self.error: BaseException | None = None
+
+    def _next(self) -> bool:
+        """Send the queue's next pull if the pull loop's checks pass; False when the chain stops here."""
+        consumer, mq = self.consumer, self.mq
+        conn = self.conn
+        if conn.closed or not consumer._may_pull(mq, self.pq) or consumer.subscriptions.get(mq.topic) is not self.sub \
+                or consumer.instance.pull_addr(mq) != self.addr:
+            return False
+        request = consumer._pull_request(mq, self.pq, self.sub, self.addr)
+        self.deadline = trio.current_time() + self.timeout
+        conn.invoke_callback(request, self._on_answer)
+        self.opaque = request.opaque
+        return True
+
+    def _stop(self) -> None:
+        self.stopped = True
+        self.done.set()
+
+    def _on_answer(self, answer: outcome.Outcome) -> None:
+        if self.stopped:
+            return
+        try:
+            consumer, mq, pq = self.consumer, self.mq, self.pq
+            result = api.pull_result(consumer.instance, self.addr, mq, answer.unwrap(), self.sub.tags or None)
+            if pq.dropped or consumer._stopping:
+                self._stop()
+                return
+            if result.status is not PullStatus.FOUND or not result.messages:
+                self.result = result
+                self._stop()
+                return
+            consumer._take_found(result, pq, mq)
+            if not self._next():
+                self._stop()
+        except Exception as exc:  # noqa: BLE001 - handed to the pull loop, as an awaited pull's error would be
+            self.error = exc
+            self._stop()
+
+    async def run(self) -> PullResult | None:
+        """Chain the queue's pulls until the chain stops; the answer the loop is to handle, or None."""
+        conn = self.consumer.instance.remoting.connections.get(self.addr)
+        if conn is None or conn.closed:
+            return None
+        self.conn = conn
+        try:
+            if not self._next():
+                return None
+        except Exception as exc:  # noqa: BLE001 - as the answer's handling would: handed to the pull loop
+            self.error = exc
+            return None
+        try:
+            await conn.flush()
+            while not self.stopped:
+                with trio.move_on_at(self.deadline):
+                    await self.done.wait()
+                if not self.stopped and trio.current_time() >= self.deadline:
+                    self.stopped = True
+                    conn.cancel_callback(self.opaque)
+                    self.error = RemotingTimeout(self.addr, self.timeout, RequestCode.PULL_MESSAGE)
+        finally:
+            if not self.stopped:  # cancelled (shutdown): a late answer is ignored
+                self.stopped = True
+                conn.cancel_callback(self.opaque)
+        return self.result
 
 
 class PushConsumer(ConsumerCore):
@@ -300,12 +394,58 @@ class PushConsumer(ConsumerCore):
         self.service.queue_started(mq, pq)
         self.nursery.start_soon(self._pull_loop, mq, pq)
 
+    def _may_pull(self, mq: MessageQueue, pq: ProcessQueue) -> bool:
+        """The pull loop's checks before a pull (flow control, orderly lock) all pass: pull now."""
+        if pq.dropped or self._stopping:
+            return False
+        if pq.count > self.pull_threshold_for_queue or pq.size > self.pull_threshold_size:
+            return False
+        if not self.orderly:
+            return pq.span <= self.consume_concurrently_max_span
+        return not self.clustering or (pq.locked and not pq.lock_expired())
+
+    def _pull_request(self, mq: MessageQueue, pq: ProcessQueue, sub: Subscription, addr: str) -> Any:
+        commit = self.offset_store.read_memory(mq) if self.clustering else -1
+        # a slave stores no commit offsets from pulls (Java clears the flag for slaves)
+        sys_flag = _SUSPEND_COMMIT if commit > 0 and addr == self.instance.broker_addr(mq.broker_name) else _SUSPEND
+        pq.last_pull_time = time.monotonic()
+        return api.pull_request(
+            self.instance, mq, self.group, pq.next_offset, max_nums=self.pull_batch_size, sys_flag=sys_flag,
+            commit_offset=max(commit, 0), suspend_ms=self.pull_suspend_ms, sub_version=sub.version,
+            expression_type=sub.expression_type,
+        )
+
+    def _take_found(self, result: PullResult, pq: ProcessQueue, mq: MessageQueue) -> None:
+        """A pull that found messages: hold them and hand them to the consume service."""
+        pq.next_offset = result.next_begin_offset
+        msgs = result.messages
+        if msgs:
+            if type(msgs) is not list:
+                msgs = list(msgs)
+            self.stats_pulled += len(msgs)
+            pq.put(msgs, result.next_begin_offset)
+            assert self.service is not None
+            self.service.submit(msgs, pq, mq)
+        elif pq.count == 0:
+            self.offset_store.update(mq, result.next_begin_offset, increase_only=True)
+
+    async def _pull_failed(self, mq: MessageQueue, exc: BaseException) -> None:
+        """A pull raised (remoting, broker or route trouble): pause, then the loop retries."""
+        delay = PULL_EXCEPTION_DELAY
+        if isinstance(exc, BrokerError) and exc.code in (
+            ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST,
+            ResponseCode.FILTER_DATA_NOT_EXIST, ResponseCode.FILTER_DATA_NOT_LATEST,
+        ):
+            self.instance.heartbeat_soon()  # the broker lost (or has an old copy of) our subscription
+            delay = 0.2
+        log.info("%s: pull of %s failed: %s", self.group, mq, exc)
+        await trio.sleep(delay)
+
     async def _pull_loop(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         instance = self.instance
-        service = self.service
-        assert service is not None
         store = self.offset_store
         orderly_locking = self.orderly and self.clustering
+        timeout = self.pull_suspend_ms / 1000 + 15
         pq.pull_task_running = True
         try:
             while not pq.dropped:
@@ -321,51 +461,37 @@ class PushConsumer(ConsumerCore):
                 sub = self.subscriptions.get(mq.topic)
                 if sub is None:
                     return
-                commit = store.read_memory(mq) if self.clustering else -1
-                sys_flag = _SUSPEND_COMMIT if commit > 0 else _SUSPEND
-                pq.last_pull_time = time.monotonic()
+                addr = None
                 try:
                     addr = instance.pull_addr(mq) or await instance.broker_addr_for(mq, master_only=False)
-                    if addr != instance.broker_addr(mq.broker_name):
-                        # a slave stores no commit offsets from pulls (Java clears the flag for slaves)
-                        sys_flag = _SUSPEND
-                    result = await api.pull(
-                        instance, addr, mq, self.group, pq.next_offset, max_nums=self.pull_batch_size, sys_flag=sys_flag,
-                        commit_offset=max(commit, 0), suspend_ms=self.pull_suspend_ms, sub_version=sub.version,
-                        expression_type=sub.expression_type, timeout=self.pull_suspend_ms / 1000 + 15,
-                        tags=sub.tags or None,
-                    )
+                    request = self._pull_request(mq, pq, sub, addr)
+                    response = await instance.remoting.invoke(addr, request, timeout)
+                    result = api.pull_result(instance, addr, mq, response, sub.tags or None)
                 except Exception as exc:  # noqa: BLE001 - remoting, broker or route trouble: pause, then retry
                     if pq.dropped:
                         return
-                    delay = PULL_EXCEPTION_DELAY
-                    if isinstance(exc, BrokerError) and exc.code in (
-                        ResponseCode.SUBSCRIPTION_NOT_EXIST, ResponseCode.SUBSCRIPTION_NOT_LATEST,
-                        ResponseCode.FILTER_DATA_NOT_EXIST, ResponseCode.FILTER_DATA_NOT_LATEST,
-                    ):
-                        instance.heartbeat_soon()  # the broker lost (or has an old copy of) our subscription
-                        delay = 0.2
-                    log.info("%s: pull of %s failed: %s", self.group, mq, exc)
-                    await trio.sleep(delay)
+                    await self._pull_failed(mq, exc)
                     continue
-                if pq.dropped:
-                    return
-                status = result.status
-                pq.next_offset = result.next_begin_offset
-                if status is PullStatus.FOUND and result.messages:
-                    msgs = result.messages
-                    if type(msgs) is not list:
-                        msgs = list(msgs)
-                    self.stats_pulled += len(msgs)
-                    pq.put(msgs, result.next_begin_offset)
-                    service.submit(msgs, pq, mq)
-                elif status is PullStatus.OFFSET_ILLEGAL:
-                    log.warning("%s: offset of %s was illegal, moving to %d", self.group, mq, result.next_begin_offset)
-                    store.update(mq, result.next_begin_offset, increase_only=False)
-                    await store.persist_one(mq)
-                elif pq.count == 0:
-                    # nothing held (no message, or all filtered out): the committed offset may move on
-                    store.update(mq, result.next_begin_offset, increase_only=True)
+                while result is not None:
+                    if pq.dropped:
+                        return
+                    status = result.status
+                    if status is PullStatus.OFFSET_ILLEGAL:
+                        pq.next_offset = result.next_begin_offset
+                        log.warning("%s: offset of %s was illegal, moving to %d", self.group, mq, result.next_begin_offset)
+                        store.update(mq, result.next_begin_offset, increase_only=False)
+                        await store.persist_one(mq)
+                        break
+                    self._take_found(result, pq, mq)
+                    if status is not PullStatus.FOUND or not result.messages:
+                        break
+                    # the next pulls of this queue go out from the connection's reader as the answers come in
+                    chain = _PullChain(self, mq, pq, sub, addr, timeout)
+                    result = await chain.run()
+                    if chain.error is not None:
+                        if pq.dropped:
+                            return
+                        await self._pull_failed(mq, chain.error)
         finally:
             pq.pull_task_running = False
 

@@ -25,7 +25,7 @@ import attrs
 from .codes import CURRENT_VERSION, LANGUAGE_BY_NAME, LANGUAGE_NAMES, RPC_ONEWAY, RPC_RESPONSE
 from .errors import ProtocolError
 
-__all__ = ["RemotingCommand", "Body", "MAX_FRAME_SIZE", "FRAME_PREFIX", "ext_value_text", "body_length"]
+__all__ = ["RemotingCommand", "Body", "MAX_FRAME_SIZE", "FRAME_PREFIX", "ext_value_text", "body_length", "json_text"]
 
 # A body is bytes-like, or a sequence of bytes-like pieces written one after the other without joining
 # (a pull response is the concatenation of stored records).
@@ -57,6 +57,12 @@ _opaque_counter = itertools.count(1)
 def next_opaque() -> int:
     """Process-wide request id, kept within a Java int (Go unmarshals ``opaque`` into an int32)."""
     return next(_opaque_counter) & 0x7FFFFFFF
+
+
+def json_text(value: Any) -> str:
+    """``value``'s extFields text (:func:`ext_value_text`) as a JSON string literal, as the JSON encoder writes it:
+    for templates that fill :attr:`RemotingCommand.ext_json`."""
+    return _esc(ext_value_text(value))
 
 
 def ext_value_text(value: Any) -> str:
