@@ -139,13 +139,7 @@ class StoreWrites:
             res.queue_offset, properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
             sys_flag, 0, properties,
         )
-        dispatchers = self.dispatchers
-        for call in dispatchers.calls:
-            try:
-                call(request)
-            except Exception:
-                if dispatchers.failed(call, request):
-                    raise
+        self._dispatch_request(request)
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def put_messages(self, records: Sequence[MessageRecord]) -> PutMessageResult:
@@ -253,6 +247,10 @@ class StoreWrites:
             properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
             prepared_offset, properties,
         )
+        self._dispatch_request(request)
+
+    def _dispatch_request(self, request: DispatchRequest) -> None:
+        """Hand one appended record to every dispatcher, in order (``put_message``, ``put_one``)."""
         dispatchers = self.dispatchers
         for call in dispatchers.calls:
             try:
