@@ -468,8 +468,7 @@ class IndexDispatcher:
         )
 
     def dispatch_batch(self, requests: Sequence[DispatchRequest]) -> None:
-        """Queue the index entries of the records of one batch append (one topic; one record for
-        :meth:`dispatch`)."""
+        """Queue the index entries of the records of one batch append (one topic)."""
         first = requests[0]
         if (first.sys_flag & TRANSACTION_TYPE_MASK) == TRANSACTION_ROLLBACK_TYPE:
             return

@@ -2,7 +2,7 @@
 appended, and (SYNC_FLUSH) wait for the group commit.
 
 ``put_message`` hands the :class:`~pyrmq.store.dispatch.DispatchRequest` of the appended record to the store's
-dispatchers, in order (:meth:`StoreWrites._dispatch_appended`); the batch puts (``put_messages``, ``put_entries``)
+dispatchers, in order (:meth:`StoreWrites.put_one`); the batch puts (``put_messages``, ``put_entries``)
 build one request per record and hand them over together (:meth:`~pyrmq.store.dispatch.Dispatchers.dispatch_batch`:
 each dispatcher takes the whole batch in one call). Either way dispatch is done before the put returns (see
 :mod:`pyrmq.store.dispatch` for why dispatch is synchronous).
@@ -23,6 +23,7 @@ from .format import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageRecord,
+    encode_properties,
     java_string_hash,
 )
 from .results import PutMessageResult, PutMessageStatus
@@ -88,21 +89,15 @@ class StoreWrites:
 
     def put_message(self, record: MessageRecord) -> PutMessageResult:
         """Append one message and dispatch it (synchronous, no await). Under SYNC_FLUSH follow with
-        :meth:`wait_flushed` (or use :meth:`put_message_async`)."""
-        if self._refusal is not None:
-            return self._refused()
-        try:
-            res, sys_flag, _props = self.commit_log.append(record)
-        except AppendRejected as exc:
-            return exc.result()
-        except OSError as exc:
-            log.exception("append failed")
-            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        self._dispatch_appended(
-            record, res.wrote_offset, res.wrote_bytes, res.queue_offset, res.store_timestamp, sys_flag,
-            record.prepared_transaction_offset,
+        :meth:`wait_flushed` (or use :meth:`put_message_async`). :meth:`put_one` of the record's fields."""
+        props = record.properties_bytes
+        if props is None:
+            props = encode_properties(record.properties).encode("utf-8")
+        return self.put_one(
+            record.topic, record.queue_id, record.body, record.flag, record.properties, props, record.sys_flag,
+            record.born_timestamp, record.born_host, record.store_host, record.reconsume_times,
+            record.prepared_transaction_offset, record.tags_code,
         )
-        return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def put_one(
         self,
@@ -117,29 +112,41 @@ class StoreWrites:
         born_host: tuple[str, int],
         store_host: tuple[str, int],
         reconsume_times: int = 0,
+        prepared_offset: int = 0,
+        tags_code: int | None = None,
     ) -> PutMessageResult:
-        """:meth:`put_message` of one message given as its fields: ``properties`` (what the dispatchers read: KEYS,
-        UNIQ_KEY, TAGS) and ``props``, the same properties encoded as stored. The broker's single-send path, which
-        builds no record object (a record's tags code is the hash of its TAGS, it has no prepared offset)."""
+        """Append one message given as its fields and hand its :class:`~pyrmq.store.dispatch.DispatchRequest` to
+        every dispatcher, in order (their ``dispatch`` methods called directly: no pluggy, no type test per
+        message). ``properties`` is what the dispatchers read (KEYS, UNIQ_KEY, TAGS), ``props`` the same properties
+        encoded as stored; ``tags_code`` (None: the hash of TAGS) is the consume-queue unit's. The broker's
+        single-send path calls it with no record object; :meth:`put_message` with a record's fields."""
         if self._refusal is not None:
             return self._refused()
         try:
             res, sys_flag, _props = self.commit_log.append_one(
-                topic, queue_id, body, flag, props, sys_flag, born_timestamp, born_host, store_host, reconsume_times
+                topic, queue_id, body, flag, props, sys_flag, born_timestamp, born_host, store_host, reconsume_times,
+                prepared_offset,
             )
         except AppendRejected as exc:
             return exc.result()
         except OSError as exc:
             log.exception("append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        tags = properties.get(PROPERTY_TAGS)
+        if tags_code is None:
+            tags = properties.get(PROPERTY_TAGS)
+            tags_code = (self._tags_codes.get(tags) or self._tags_code(tags)) if tags else 0
         request = DispatchRequest(
-            topic, queue_id, res.wrote_offset, res.wrote_bytes,
-            (self._tags_codes.get(tags) or self._tags_code(tags)) if tags else 0, res.store_timestamp,
-            res.queue_offset, properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX),
-            sys_flag, 0, properties,
+            topic, queue_id, res.wrote_offset, res.wrote_bytes, tags_code, res.store_timestamp, res.queue_offset,
+            properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
+            prepared_offset, properties,
         )
-        self._dispatch_request(request)
+        dispatchers = self.dispatchers
+        for call in dispatchers.calls:
+            try:
+                call(request)
+            except Exception:
+                if dispatchers.failed(call, request):
+                    raise
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def put_messages(self, records: Sequence[MessageRecord]) -> PutMessageResult:
@@ -223,41 +230,6 @@ class StoreWrites:
             uniq_keys, None, raw,
         ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
-
-    def _dispatch_appended(
-        self,
-        record: MessageRecord,
-        offset: int,
-        size: int,
-        queue_offset: int,
-        store_timestamp: int,
-        sys_flag: int,
-        prepared_offset: int,
-    ) -> None:
-        """The dispatch call of ``put_message``: hand a just-appended record to every dispatcher, in order.
-
-        It calls the collected ``dispatch`` methods directly: no pluggy, no type test per message."""
-        properties = record.properties
-        tags_code = record.tags_code
-        if tags_code is None:
-            tags = properties.get(PROPERTY_TAGS)
-            tags_code = self._tags_codes.get(tags) or self._tags_code(tags) if tags else 0
-        request = DispatchRequest(
-            record.topic, record.queue_id, offset, size, tags_code, store_timestamp, queue_offset,
-            properties.get(PROPERTY_KEYS), properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX), sys_flag,
-            prepared_offset, properties,
-        )
-        self._dispatch_request(request)
-
-    def _dispatch_request(self, request: DispatchRequest) -> None:
-        """Hand one appended record to every dispatcher, in order (``put_message``, ``put_one``)."""
-        dispatchers = self.dispatchers
-        for call in dispatchers.calls:
-            try:
-                call(request)
-            except Exception:
-                if dispatchers.failed(call, request):
-                    raise
 
     async def wait_flushed(self, end_offset: int, timeout: float | None = None) -> bool:
         """Wait until the commit log is durable up to ``end_offset`` (group commit); False after the timeout

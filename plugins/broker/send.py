@@ -15,7 +15,6 @@ import logging
 import random
 import struct
 import time
-from json.encoder import encode_basestring as _esc  # the C version: quotes and escapes, keeps non-ASCII
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
@@ -24,13 +23,14 @@ from pyrmq.kernel.types import PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
 from pyrmq.plugins.broker.topics import (
     NOT_ALLOWED_SEND_TOPICS,
+    PERM_WRITE,
     Permission,
     RETRY_GROUP_TOPIC_PREFIX,
     is_writeable,
     topic_problem,
 )
 from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
-from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.command import RemotingCommand, json_text
 from pyrmq.remoting.errors import RemotingError
 from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from pyrmq.remoting.vocabulary import MessageProperty
@@ -88,8 +88,6 @@ class SendRejected(Exception):
         self.remark = remark
 
 
-#: Permission.WRITE as a plain int (IntFlag arithmetic costs a Python call per test)
-_WRITE = int(Permission.WRITE)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -104,7 +102,7 @@ class SendProcessor:
         self.ext_common = {MessageProperty.MSG_REGION: s.regionId, MessageProperty.TRACE_SWITCH: "true"}
         # the send response's extFields as JSON members, up to the message id (RemotingCommand.ext_json): the same
         # members, in the same order, as the generic encoder writes for ext_common + SendMessageResponseHeader
-        self._ext_json_head = ",".join(f"{_esc(k)}:{_esc(v)}" for k, v in self.ext_common.items()) + ',"msgId":"'
+        self._ext_json_head = ",".join(f"{json_text(k)}:{json_text(v)}" for k, v in self.ext_common.items()) + ',"msgId":"'
         self._msg_id_host: tuple[bytes, int] | None = None
         self._msg_id_prefix = ""
         self._checked_topics: set[str] = set()
@@ -253,7 +251,7 @@ class SendProcessor:
         if (
             config is None
             or s.brokerRole == "SLAVE"
-            or not s.brokerPermission & config.perm & _WRITE
+            or not s.brokerPermission & config.perm & PERM_WRITE
             or queue_id < 0
             or (queue_id >= config.write_queue_nums and queue_id >= config.read_queue_nums)
             or (sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE and s.rejectTransactionMessage)

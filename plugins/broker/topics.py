@@ -44,17 +44,17 @@ def topic_problem(topic: str | None) -> str | None:
     return None
 
 
-# the permission bits as plain ints: ``int & IntFlag`` goes through the enum's Python-level operator
-_READ = int(Permission.READ)
-_WRITE = int(Permission.WRITE)
+#: the permission bits as plain ints: ``int & IntFlag`` goes through the enum's Python-level operator
+PERM_READ = int(Permission.READ)
+PERM_WRITE = int(Permission.WRITE)
 
 
 def is_writeable(perm: int) -> bool:
-    return bool(perm & _WRITE)
+    return bool(perm & PERM_WRITE)
 
 
 def is_readable(perm: int) -> bool:
-    return bool(perm & _READ)
+    return bool(perm & PERM_READ)
 
 
 @attrs.define
