@@ -41,11 +41,12 @@ def qualname(obj: Any) -> str:
 
 
 def task_names(nursery: trio.Nursery) -> list[str]:
-    """Names of the tasks under ``nursery``, connections left out (the broker's registration may or may not have
-    connected to the embedded name server yet)."""
+    """Names of the tasks under ``nursery``, connections and connection attempts left out (the broker's
+    registration, or the failover plugin's etcd client, may or may not be connecting or connected at that moment:
+    trio's ``open_tcp_stream`` runs each attempt as a task of its own)."""
     names = []
     for task in nursery.child_tasks:
-        if not task.name.startswith("pyrmq.remoting.connection."):
+        if not task.name.startswith(("pyrmq.remoting.connection.", "trio.")):
             names.append(task.name)
         for child in task.child_nurseries:
             names.extend(task_names(child))
