@@ -68,7 +68,7 @@ async def measure(count: int) -> None:
 
 
 def measure_put_chain(count: int) -> None:
-    from pyrmq.kernel.bundles import BrokerSettings
+    from pyrmq.plugins.broker.delay_levels import DelayLevelSettings
     from pyrmq.kernel.types import PutChain, PutContext, PutKind
     from pyrmq.plugins.broker.delay_levels import DelayLevelService
     from pyrmq.plugins.broker.retry_dlq import DeadLetterInterceptor
@@ -80,7 +80,7 @@ def measure_put_chain(count: int) -> None:
         store = MessageStore(StoreConfig(store_path_root_dir=root, mapped_file_size_commit_log=256 << 20,
                                          warm_mapped_file_enable=False))
         store.load()
-        settings = BrokerSettings()
+        settings = DelayLevelSettings()
         shipped = PutChain([
             DeadLetterInterceptor(topics=None, groups=None),
             DelayLevelService(store, settings.delay_levels_ms, root + "/config"),

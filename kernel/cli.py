@@ -63,17 +63,18 @@ async def _announce(kernel: Any, seconds: float) -> None:
     print(f"pyrmq {kernel.bundle.name}: {where} (started in {seconds * 1000:.0f} ms; Ctrl-C stops)", flush=True)
 
 
-def _serve_bundle(bundle: Bundle, args: argparse.Namespace, *, on_ready: Any = None, wait_for: Sequence[str] = ()) -> int:
+def _serve_bundle(bundle: Bundle, args: argparse.Namespace, *, on_ready: Any = None) -> int:
     from pyrmq.kernel.service import build_kernel, run
 
+    bundle = _cli_hooks().apply_options(args.command, args, bundle)
     kernel = build_kernel(bundle, entry_points=False if args.no_entry_points else None)
 
     async def ready(k: Any, seconds: float) -> None:
         import trio
 
         with trio.fail_after(30):  # services that listen once the roles do (the dashboard), named in the ready line
-            for role in wait_for:
-                await k.wait_listening(role)
+            for name in k.expected_listeners:
+                await k.wait_listening(name)
         await _announce(k, seconds)
         if on_ready is not None:
             await on_ready(k)
@@ -97,10 +98,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_dev(args: argparse.Namespace) -> int:
-    if args.ha:
-        from pyrmq.plugins.broker.failover.dev import run_ha_dev  # etcd + name server + 3 failover replicas
-
-        return run_ha_dev(args.store_dir or ".pyrmq-ha", args.namesrv_port or 9876, args.port or 10911)
+    instead = _cli_hooks().run_instead("dev", args)  # pyrmq dev --ha: the failover plugin's processes
+    if instead is not None:
+        return instead
     bundle = load_bundle(args.config or "dev")
     overrides = _role_overrides(args)
     overrides.setdefault("broker.storePathRootDir", os.path.abspath(args.store_dir or ".pyrmq"))
@@ -109,29 +109,28 @@ def cmd_dev(args: argparse.Namespace) -> int:
     if args.port is not None:
         overrides["broker.listenPort"] = args.port
     bundle = bundle.with_overrides(overrides)
-    dashboard = "pyrmq.plugins.dashboard.plugin"
-    wait_for = []
-    if dashboard in bundle.plugins and not args.no_dashboard:
-        wait_for.append("dashboard")  # the web dashboard, on by default (docs/dashboard.md)
-        settings = {**bundle.plugin_settings.get(dashboard, {}), "enabled": True}
-        if args.dashboard_port is not None:
-            settings["port"] = args.dashboard_port
-        bundle = attrs.evolve(bundle, plugin_settings={**bundle.plugin_settings, dashboard: settings})
     on_ready = None
     if getattr(args, "demo", False):
         from pyrmq.client import demo  # the client library shows messages flowing once the roles are up
 
         on_ready = demo.run_demo
-    return _serve_bundle(bundle, args, on_ready=on_ready, wait_for=wait_for)
+    return _serve_bundle(bundle, args, on_ready=on_ready)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
     from pyrmq.kernel.hooks import impl_order, is_async_spec
-    from pyrmq.kernel.manager import describe, load_plugins
+    from pyrmq.kernel.manager import describe
 
     bundle = load_bundle(args.config or "dev")
-    pm = load_plugins(bundle, entry_points_enabled=False if args.no_entry_points else None)
+    if args.codes:
+        return _print_role_tables(bundle, args)
+    from pyrmq.kernel.service import build_kernel
+
+    kernel = build_kernel(bundle, entry_points=False if args.no_entry_points else None)
+    pm = kernel.pluginmanager
     print(f"bundle {bundle.name} ({bundle.file}): roles {', '.join(bundle.roles) or '-'}")
+    if args.settings:
+        return _print_settings(kernel)
     print("plugins:")
     for name, hooks in describe(pm):
         print(f"  {name}")
@@ -145,6 +144,71 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_settings(kernel: Any) -> int:
+    """Every declared key of the bundle: section, plugin, key, type, value (default or set), help."""
+    for declared in sorted(kernel.settings.declared, key=lambda d: (d.section, d.plugin, d.cls.__qualname__)):
+        values = kernel.settings(declared.cls, section=declared.section)
+        print(f"[{declared.section}] {declared.cls.__qualname__} ({declared.plugin})")
+        for field in attrs.fields(declared.cls):
+            kind = field.type if isinstance(field.type, str) else getattr(field.type, "__name__", field.type)
+            value = getattr(values, field.name)
+            note = " (set)" if value != field.default else ""
+            runtime = ", changeable at run time" if field.metadata.get("runtime") else ""
+            help_text = field.metadata.get("help") or ""
+            print(f"  {field.name} = {value!r}{note}  [{kind}{runtime}]" + (f"  {help_text}" if help_text else ""))
+    return 0
+
+
+def _print_role_tables(bundle: Bundle, args: argparse.Namespace) -> int:
+    """``pyrmq plugins --codes``: configure the bundle's roles (store in a temporary folder, no listener, no service)
+    and print what they are made of: which plugin serves each request code, the put chain, the delay schedulers, the
+    store dispatchers and the flush policy."""
+    import tempfile
+
+    from pyrmq.kernel.service import build_kernel
+    from pyrmq.remoting.codes import RequestCode
+
+    with tempfile.TemporaryDirectory(prefix="pyrmq-plugins-") as tmp:
+        overrides: dict[str, Any] = {}
+        if bundle.broker is not None:
+            overrides["broker.storePathRootDir"] = tmp
+        if bundle.namesrv is not None:
+            overrides["namesrv.kvConfigPath"] = os.path.join(tmp, "kvConfig.json")
+        kernel = build_kernel(bundle.with_overrides(overrides), entry_points=False if args.no_entry_points else None)
+        kernel.hooks.configure(kernel)
+        kernel.collect()
+        print(f"bundle {bundle.name} ({bundle.file}): roles {', '.join(bundle.roles) or '-'}")
+        for role in bundle.roles:
+            owners = kernel.processor_owners.get(role, {})
+            print(f"{role}: {len(owners)} request codes")
+            for code in sorted(owners):
+                try:
+                    name = RequestCode(code).name
+                except ValueError:
+                    name = "?"
+                print(f"  {code:>6} {name:<40} {owners[code]}")
+        if "broker" in bundle.roles:
+            print("put chain (order, name):")
+            for interceptor in kernel.put_chain.interceptors:
+                print(f"  {interceptor.order:>4} {interceptor.name}")
+            print("delay schedulers (order, name, what they park):")
+            for scheduler in kernel.schedulers:
+                print(f"  {scheduler.order:>4} {scheduler.name}: {scheduler.summary()}")
+            print("store dispatchers (order, name; the store's own consume queue 0 and index 10 come first):")
+            for dispatcher in kernel.store_dispatchers:
+                print(f"  {dispatcher.order:>4} {dispatcher.name}")
+            store = getattr(kernel.state.find(_broker_key()), "store", None)
+            if store is not None:
+                print(f"flush policy: {type(store.flush_policy).__module__}.{type(store.flush_policy).__qualname__}")
+    return 0
+
+
+def _broker_key() -> Any:
+    from pyrmq.plugins.broker.core import BROKER
+
+    return BROKER
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pyrmq", description="pyrmq: RocketMQ 4.x in Python (name server, broker, tools)")
     parser.add_argument("--version", action="version", version=f"pyrmq {__version__}")
@@ -153,12 +217,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-entry-points", action="store_true", help="do not load third-party plugins from the pyrmq.plugins entry points"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    hooks = _cli_hooks()
 
     p = sub.add_parser("namesrv", help="run a name server (like RocketMQ's mqnamesrv)")
     p.add_argument("-c", "--config", help="bundle TOML (default: the packaged namesrv bundle)")
     p.add_argument("--listen", type=_address, metavar="HOST:PORT", help="listen address (default 127.0.0.1:9876)")
     p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", help="override a setting (repeatable)")
     p.set_defaults(func=cmd_namesrv)
+    hooks.add_options("namesrv", p)
 
     p = sub.add_parser("broker", help="run a broker (like RocketMQ's mqbroker)")
     p.add_argument("-c", "--config", required=True, help="bundle TOML (e.g. configs/broker.toml) or a RocketMQ broker.conf")
@@ -167,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store-dir", metavar="DIR", help="store root directory (storePathRootDir)")
     p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", help="override a broker.conf key (repeatable)")
     p.set_defaults(func=cmd_broker)
+    hooks.add_options("broker", p)
 
     p = sub.add_parser("dev", help="embedded name server (9876) + broker (10911) in one process, store under ./.pyrmq")
     p.add_argument("-c", "--config", help="bundle TOML (default: the packaged dev bundle)")
@@ -174,33 +241,54 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--namesrv-port", type=int, help="name server port (default 9876)")
     p.add_argument("--port", type=int, help="broker port (default 10911)")
     p.add_argument("--demo", action="store_true", help="once up, send and receive a few messages with the client library")
-    p.add_argument("--dashboard-port", type=int, metavar="PORT", help="web dashboard port (default 8082; 0 = any free port)")
-    p.add_argument("--no-dashboard", action="store_true", help="do not serve the web dashboard")
-    p.add_argument("--ha", action="store_true", help="instead: a local etcd, a name server and a 3-replica failover "
-                   "group as processes (brokers on --port, +10, +20; store under ./.pyrmq-ha); kill the master to watch")
     p.add_argument("--set", type=_key_value, action="append", metavar="KEY=VALUE", help="override a setting (repeatable)")
     p.set_defaults(func=cmd_dev)
+    hooks.add_options("dev", p)  # the dashboard's --dashboard-port / --no-dashboard, failover's --ha
 
-    p = sub.add_parser("plugins", help="list the plugins and hooks a bundle loads")
+    p = sub.add_parser("plugins", help="list the plugins, hooks and settings a bundle loads")
     p.add_argument("-c", "--config", help="bundle TOML or packaged bundle name (default: dev)")
+    p.add_argument("--settings", action="store_true", help="list every declared setting with its value and help")
+    p.add_argument("--codes", action="store_true", help="which plugin serves each request code; the put chain, "
+                   "delay schedulers, store dispatchers and flush policy (configures the roles on a temporary store)")
     p.set_defaults(func=cmd_plugins)
 
-    _add_plugin_commands(sub)
+    hooks.add_commands(sub, sys.modules[__name__])
     return parser
 
 
-def _add_plugin_commands(sub: argparse._SubParsersAction) -> None:
-    """Sub-commands contributed by the ``cli`` bundle's plugins and third-party entry points."""
-    from pyrmq.kernel.manager import load_plugins
+class _NoHooks:
+    """The cli bundle's hooks when its plugins cannot be loaded (the error was printed): no options, no commands."""
 
-    try:
-        pm = load_plugins(load_bundle("cli"))
-    except PyrmqError as exc:
-        print(f"pyrmq: plugin commands unavailable: {exc}", file=sys.stderr)
-        return
-    from pyrmq.kernel.hooks import HookRelay
+    def add_options(self, command: str, parser: argparse.ArgumentParser) -> None:
+        pass
 
-    HookRelay(pm).add_commands(sub, sys.modules[__name__])
+    def add_commands(self, subparsers: argparse._SubParsersAction, kernel_cli: Any) -> None:
+        pass
+
+    def apply_options(self, command: str, args: argparse.Namespace, bundle: Bundle) -> Bundle:
+        return bundle
+
+    def run_instead(self, command: str, args: argparse.Namespace) -> int | None:
+        return None
+
+
+_CLI_HOOKS: Any = None
+
+
+def _cli_hooks() -> Any:
+    """The hooks of the ``cli`` bundle's plugins and third-party entry points (sub-commands, role-command options),
+    loaded once per process."""
+    global _CLI_HOOKS
+    if _CLI_HOOKS is None:
+        from pyrmq.kernel.hooks import HookRelay
+        from pyrmq.kernel.manager import load_plugins
+
+        try:
+            _CLI_HOOKS = HookRelay(load_plugins(load_bundle("cli")))
+        except PyrmqError as exc:
+            print(f"pyrmq: plugin commands unavailable: {exc}", file=sys.stderr)
+            _CLI_HOOKS = _NoHooks()
+    return _CLI_HOOKS
 
 
 def main(argv: Sequence[str] | None = None) -> int:

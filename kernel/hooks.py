@@ -14,15 +14,27 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from pyrmq.kernel.types import PutInterceptor, TransactionState
+from pyrmq.kernel.errors import PluginError
+from pyrmq.kernel.settings import PLUGIN_SECTION_PREFIX, ROLE_SECTIONS, Declared
+from pyrmq.kernel.types import PutInterceptor, Scheduler, TransactionState
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
 
     import trio
 
+    from pyrmq.kernel.bundles import Bundle
     from pyrmq.kernel.kernel import Kernel
-    from pyrmq.kernel.types import AllocateStrategy, MessageFilter, Processor, RequestGuard, StoreDispatcher
+    from pyrmq.kernel.types import (
+        AllocateStrategy,
+        FlushPolicy,
+        MessageFilter,
+        MetricCollector,
+        Processor,
+        RequestGuard,
+        RoleChange,
+        StoreDispatcher,
+    )
 
 log = logging.getLogger("pyrmq.kernel.hooks")
 
@@ -76,10 +88,42 @@ class HookRelay:
     def add_commands(self, subparsers: argparse._SubParsersAction, kernel_cli: Any) -> None:
         self._hook.pyrmq_add_commands(subparsers=subparsers, kernel_cli=kernel_cli)
 
+    def add_options(self, command: str, parser: argparse.ArgumentParser) -> None:
+        self._hook.pyrmq_add_options(command=command, parser=parser)
+
+    def apply_options(self, command: str, args: argparse.Namespace, bundle: Bundle) -> Bundle:
+        """Each implementation in pluggy's order gets the previous one's bundle; returns the last."""
+        for impl in impl_order(self.pm, "pyrmq_apply_options"):
+            given = {"command": command, "args": args, "bundle": bundle}
+            answer = impl.function(**{a: given[a] for a in impl.argnames})
+            if answer is not None:
+                bundle = answer
+        return bundle
+
+    def run_instead(self, command: str, args: argparse.Namespace) -> int | None:
+        return self._hook.pyrmq_run_instead(command=command, args=args)
+
+    def register_settings(self) -> list[Declared]:
+        """Every plugin's declared settings classes, by section, in registration order (``pyrmq_register_settings``)."""
+        declared: list[Declared] = []
+        for impl in reversed(impl_order(self.pm, "pyrmq_register_settings")):
+            answer = impl.function() or {}
+            if not isinstance(answer, Mapping):
+                raise PluginError(f"plugin {impl.plugin_name!r}: pyrmq_register_settings must return "
+                                  f"{{section: class or classes}}, got {answer!r}")
+            for section, classes in answer.items():
+                if section not in ROLE_SECTIONS and not section.startswith(PLUGIN_SECTION_PREFIX):
+                    raise PluginError(f"plugin {impl.plugin_name!r}: unknown settings section {section!r}; expected "
+                                      f"{', '.join(ROLE_SECTIONS)} or plugins.<plugin name>")
+                for cls in (classes,) if isinstance(classes, type) else classes:
+                    declared.append(Declared(section, cls, impl.plugin_name))
+        return declared
+
     # -- dispatch --------------------------------------------------------------------------------------------
 
-    def register_processors(self, kernel: Kernel, role: str) -> dict[int, Processor]:
-        """Merge every plugin's processors for ``role`` into one table; the first in pluggy's order wins a code."""
+    def register_processors(self, kernel: Kernel, role: str) -> tuple[dict[int, Processor], dict[int, str]]:
+        """Merge every plugin's processors for ``role`` into one table; the first in pluggy's order wins a code.
+        Returns the table and, for each code, the name of the plugin that serves it."""
         table: dict[int, Processor] = {}
         owner: dict[int, str] = {}
         for impl in impl_order(self.pm, "pyrmq_register_processors"):
@@ -92,7 +136,7 @@ class HookRelay:
                     continue
                 table[code] = processor
                 owner[code] = impl.plugin_name
-        return table
+        return table, owner
 
     def register_store_dispatchers(self, kernel: Kernel) -> list[StoreDispatcher]:
         found: list[StoreDispatcher] = []
@@ -106,6 +150,26 @@ class HookRelay:
         for answer in self._hook.pyrmq_register_put_interceptors(kernel=kernel):
             found.extend(answer or ())
         return sorted(found, key=lambda i: (i.order, i.name))
+
+    def register_schedulers(self, kernel: Kernel) -> list[Scheduler]:
+        """Every plugin's delay schedulers, sorted by ``order`` then ``name``."""
+        found: list[Scheduler] = []
+        for answer in self._hook.pyrmq_register_schedulers(kernel=kernel):
+            found.extend(answer or ())
+        return sorted(found, key=lambda s: (s.order, s.name))
+
+    def register_metric_collectors(self, kernel: Kernel, role: str) -> list[MetricCollector]:
+        found: list[MetricCollector] = []
+        for answer in self._hook.pyrmq_register_metric_collectors(kernel=kernel, role=role):
+            found.extend(answer or ())
+        return found
+
+    async def role_changed(self, kernel: Kernel, change: RoleChange) -> None:
+        """Await every implementation in pluggy's order (the core's ``tryfirst`` one first)."""
+        await self.call_async("pyrmq_role_changed", kernel=kernel, change=change)
+
+    def make_flush_policy(self, kernel: Kernel, config: Any) -> FlushPolicy | None:
+        return self._hook.pyrmq_make_flush_policy(kernel=kernel, config=config)
 
     def make_request_guard(self, kernel: Kernel, role: str) -> RequestGuard | None:
         return self._hook.pyrmq_make_request_guard(kernel=kernel, role=role)

@@ -31,14 +31,19 @@ if TYPE_CHECKING:  # pragma: no cover - types only
 
     import trio
 
+    from pyrmq.kernel.bundles import Bundle
     from pyrmq.kernel.kernel import Kernel
     from pyrmq.kernel.types import (
         AllocateStrategy,
+        FlushPolicy,
         MessageFilter,
+        MetricCollector,
         Processor,
         PutInterceptor,
         Replicator,
         RequestGuard,
+        RoleChange,
+        Scheduler,
         StoreDispatcher,
         TransactionState,
     )
@@ -109,6 +114,50 @@ def pyrmq_add_commands(subparsers: argparse._SubParsersAction, kernel_cli: Any) 
     ``set_defaults``; the callable's return value is the process exit status. Import heavy optional packages inside
     the callable, not at module import, so the base install works without them. ``kernel_cli`` is the CLI module.
     Return value unused.
+    """
+
+
+@hookspec
+def pyrmq_add_options(command: str, parser: argparse.ArgumentParser) -> None:
+    """Add options to one of the kernel's own role commands (``namesrv``, ``broker``, ``dev``), e.g. the dashboard's
+    ``--dashboard-port`` on ``pyrmq dev``.
+
+    Called by :mod:`pyrmq.kernel.cli` while it builds its parser, once per role command, with the plugins of the
+    ``cli`` bundle loaded (as for ``pyrmq_add_commands``). What the options mean is applied by
+    ``pyrmq_apply_options`` / ``pyrmq_run_instead``. Return value unused.
+    """
+
+
+@hookspec
+def pyrmq_apply_options(command: str, args: argparse.Namespace, bundle: Bundle) -> Bundle | None:
+    """Apply this plugin's options of role command ``command`` to the bundle about to start; return the changed
+    bundle (``bundle.with_plugin_settings(...)``) or None to leave it.
+
+    Called by the CLI after the bundle is loaded and the command line's overrides applied, before the kernel is
+    built; each implementation gets the previous one's bundle.
+    """
+
+
+@hookspec(firstresult=True)
+def pyrmq_run_instead(command: str, args: argparse.Namespace) -> int | None:
+    """Run something else than the role command's bundle (``pyrmq dev --ha``: a local etcd and a failover group as
+    processes); return its exit status, or None to let the command run as usual. First non-None answer wins.
+    Called by the CLI before the bundle is loaded.
+    """
+
+
+@hookspec
+def pyrmq_register_settings() -> Mapping[str, type | Sequence[type]] | None:
+    """Declare the settings this plugin reads: ``{section: settings class(es)}``.
+
+    A section is a role table (``"broker"``: RocketMQ's broker.conf key names; ``"namesrv"``) or the plugin's own
+    table (``"plugins.<plugin name>"``, ``[plugins."<plugin name>"]`` in a bundle). A settings class is a frozen
+    attrs class whose fields are made with :func:`pyrmq.kernel.settings.setting` (type, default, check, help).
+    Called once when the kernel is built, right after the plugins are loaded; the kernel parses every present
+    section into one instance per class and stops with the file, the key and the expectation on a bad value; a key
+    nobody declares is an error (a warning for a RocketMQ broker.conf), a key two plugins declare is a PluginError.
+    Plugins read theirs with ``kernel.settings(MySettings)``; ``pyrmq plugins --settings`` lists them all. Return
+    None when the plugin reads no settings.
     """
 
 
@@ -254,6 +303,64 @@ def pyrmq_make_replicator(kernel: Kernel, broker: Any) -> Replicator | None:
     ``replicator.wait_replicated(end_offset)`` -> ``PutMessageStatus`` (PUT_OK, SLAVE_NOT_AVAILABLE,
     FLUSH_SLAVE_TIMEOUT). Shipped: plugins/broker/ha/plugin.py (RocketMQ 4.x HA). Return None when this plugin
     does not replicate; without any replicator a SYNC_MASTER answers SLAVE_NOT_AVAILABLE.
+    """
+
+
+@hookspec
+async def pyrmq_role_changed(kernel: Kernel, change: RoleChange) -> None:
+    """The broker's role changed: it is now the writable master of its group, or a slave (read-only).
+
+    Called (awaited, one plugin at a time in pluggy's order) by the broker core once the store is loaded, with the
+    role its settings give (``brokerRole``), and again by a replicator that changes roles at run time (automatic
+    failover: elected, deposed, following a new master). When a replica becomes master its store already accepts
+    writes; when it stops being master its store already refuses them. ``change.role`` is ``MASTER`` or ``SLAVE``,
+    ``change.epoch`` the failover epoch (None without automatic failover), ``change.broker_id`` the id to register
+    (0 for a master). Services that must run on the master only (the timer's and delay levels' delivery, the
+    transaction check) follow it; the core's own implementation (``tryfirst``) updates ``BrokerContext.role`` and the
+    name-server registration. The first call may come before or after a plugin's own ``pyrmq_serve``: keep the role
+    and let the service act on it (set an event its loop waits for). Keep it short: never serve here. Return value
+    unused.
+    """
+
+
+@hookspec(firstresult=True)
+def pyrmq_make_flush_policy(kernel: Kernel, config: Any) -> FlushPolicy | None:
+    """Choose how the commit log reaches the disk: return a :class:`pyrmq.kernel.types.FlushPolicy` for the store
+    with settings ``config`` (a :class:`pyrmq.store.config.StoreConfig`).
+
+    Called once by the broker core when it builds the store (in its ``pyrmq_configure``). First non-None answer
+    wins. Shipped (``plugins/broker/flush.py``, ``trylast``): RocketMQ's two, chosen by ``flushDiskType``: the
+    periodic ASYNC_FLUSH service (``flushIntervalCommitLog``, at least ``flushCommitLogLeastPages`` pages) and the
+    SYNC_FLUSH group commit (a send is answered once its bytes are on disk). The store runs the policy as a service
+    and awaits ``wait_flushed`` for SYNC_FLUSH sends.
+    """
+
+
+@hookspec
+def pyrmq_register_schedulers(kernel: Kernel) -> Sequence[Scheduler] | None:
+    """Return delay schedulers: put interceptors that park a message for later delivery, each claiming the messages
+    that carry one of its ``trigger_properties`` (delay levels: ``DELAY``; the timer: ``TIMER_DELIVER_MS``,
+    ``TIMER_DELAY_SEC``).
+
+    Called once at role start (``kernel.collect()``); the kernel sorts them by ``order`` (then name) into
+    ``kernel.schedulers`` and adds them to the put chain in that order, after the ``pyrmq_register_put_interceptors``
+    answers of lower order. The first scheduler that claims a message sets ``context.scheduled_by``; later ones leave
+    it alone, so the order decides which property wins when a message carries both. A scheduler delivers what it
+    parked with its own service, on the master only (``pyrmq_role_changed``). ``pyrmq plugins --codes`` lists them.
+    Shipped: delay levels (order 300), the timer (310).
+    """
+
+
+@hookspec
+def pyrmq_register_metric_collectors(kernel: Kernel, role: str) -> Sequence[MetricCollector] | None:
+    """Return Prometheus collectors of this plugin's series for ``role`` (objects with ``collect()`` yielding
+    ``prometheus_client`` metric families, read when ``/metrics`` is scraped).
+
+    Called once per role by the metrics plugin at start, when the exporter is on (``metricsExporterType = PROM``);
+    nothing is collected otherwise. Series are computed at scrape time from what the plugin already counts: nothing
+    is added to the send or pull path. Every broker series carries ``cluster``, ``node_type`` and ``node_id``
+    (RocketMQ 5.x's labels). Shipped: the broker core (traffic, lag, connections, storage), transactions, the timer,
+    the name server.
     """
 
 

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import attrs
 
-from pyrmq.kernel.types import PutChain, guard_processors
+from pyrmq.kernel.errors import PluginError
+from pyrmq.kernel.settings import Settings
+from pyrmq.kernel.types import PutChain, Scheduler, guard_processors
 
 if TYPE_CHECKING:  # pragma: no cover
     import pluggy
@@ -59,19 +61,27 @@ class State:
 class Kernel:
     """One running role (name server, broker, or both in ``pyrmq dev``).
 
-    Built by :func:`pyrmq.kernel.service.build_kernel`; plugins receive it in every hook. ``processors``,
-    ``store_dispatchers`` and ``put_chain`` are filled once at start from the dispatch hooks and then used directly on
-    hot paths.
+    Built by :func:`pyrmq.kernel.service.build_kernel`; plugins receive it in every hook. ``settings`` are parsed
+    when it is built (``kernel.settings(MySettings)``). ``processors``, ``store_dispatchers``, ``schedulers`` and
+    ``put_chain`` are filled once at start from the dispatch hooks and then used directly on hot paths.
     """
 
-    def __init__(self, bundle: Bundle, pluginmanager: pluggy.PluginManager, hooks: HookRelay) -> None:
+    def __init__(
+        self, bundle: Bundle, pluginmanager: pluggy.PluginManager, hooks: HookRelay, settings: Settings | None = None
+    ) -> None:
         self.bundle = bundle
         self.pluginmanager = pluginmanager
         self.hooks = hooks
+        #: every plugin's declared settings, parsed (``pyrmq_register_settings``)
+        self.settings: Settings = settings if settings is not None else Settings({}, ())
         self.state = State()
         #: per role ("namesrv", "broker"): the request-code table that role's server calls directly
         self.processors: dict[str, dict[int, Processor]] = {}
+        #: per role: which plugin serves each request code (``pyrmq plugins --codes``)
+        self.processor_owners: dict[str, dict[int, str]] = {}
         self.store_dispatchers: list[StoreDispatcher] = []
+        #: the delay schedulers in order (``pyrmq_register_schedulers``); they are in ``put_chain`` too
+        self.schedulers: tuple[Scheduler, ...] = ()
         #: the put interceptors in order; one object for the kernel's life, so processors built in
         #: ``pyrmq_configure`` may keep it and see what :meth:`collect` puts in it
         self.put_chain = PutChain()
@@ -79,17 +89,47 @@ class Kernel:
         self.stop_timeout: float = 10.0
         #: where each role listens once started: {"namesrv": "127.0.0.1:9876", "broker": ...}
         self.listening: dict[str, str] = {}
+        #: names besides the roles that will be marked listening once started (a plugin's own listener, such as the
+        #: dashboard); the CLI's ready line waits for them too
+        self.expected_listeners: list[str] = []
         self._listening_events: dict[str, Any] = {}
         self._stop_event: Any = None
 
     def plugin_settings(self, name: str) -> Mapping[str, Any]:
-        """Settings of one plugin from the bundle's ``[plugins."<name>"]`` table (empty when absent)."""
+        """Settings of one plugin from the bundle's ``[plugins."<name>"]`` table as written (empty when absent); a
+        plugin that declares its table (``pyrmq_register_settings``) reads it parsed through :attr:`settings`."""
         return self.bundle.plugin_settings.get(name, {})
+
+    def register(self, plugin: object, name: str) -> object:
+        """Register an object as a plugin: its ``@hookimpl`` methods answer hooks from now on (pytest's
+        ``config.pluginmanager.register(TerminalReporter(config), "terminalreporter")``).
+
+        A module plugin makes its feature object in ``pyrmq_configure`` and registers it here, so the object's own
+        methods are the hook implementations (``pyrmq_register_processors``, ``pyrmq_serve``, ``pyrmq_role_changed``,
+        ...) and no state-key lookup is needed. Hooks already under way (this ``pyrmq_configure``) do not call it;
+        every later one does. Its hook implementations are checked like a module's.
+        """
+        from pyrmq.kernel.manager import check_plugins
+
+        if self.pluginmanager.has_plugin(name):
+            raise PluginError(f"a plugin named {name!r} is registered already")
+        self.pluginmanager.register(plugin, name=name)
+        check_plugins(self.pluginmanager, source=f"plugin object {name!r}")
+        return plugin
+
+    def plugin(self, name: str) -> object | None:
+        """The plugin registered under ``name`` (a module path, or a feature object's name), or None."""
+        return self.pluginmanager.get_plugin(name)
 
     def mark_listening(self, role: str, address: str) -> None:
         """Called by the plugin that put ``role`` on the network, with the real ``host:port``."""
         self.listening[role] = address
         self._listening_event(role).set()
+
+    def expect_listening(self, name: str) -> None:
+        """Say (in ``pyrmq_configure``) that this plugin will call :meth:`mark_listening` for ``name`` once served."""
+        if name not in self.expected_listeners:
+            self.expected_listeners.append(name)
 
     async def wait_listening(self, role: str) -> str:
         """Wait until ``role`` listens; returns its ``host:port`` (the real port when 0 was configured)."""
@@ -110,11 +150,17 @@ class Kernel:
             self._stop_event.set()
 
     def collect(self) -> None:
-        """Collect processors, store dispatchers and put interceptors (once per start; hot paths use the results)."""
-        self.processors = {role: self.hooks.register_processors(self, role) for role in self.bundle.roles}
+        """Collect processors, store dispatchers, put interceptors and schedulers (once per start; hot paths use the
+        results)."""
+        self.processors = {}
+        for role in self.bundle.roles:
+            table, owners = self.hooks.register_processors(self, role)
+            self.processors[role] = table
+            self.processor_owners[role] = owners
         for role, table in self.processors.items():
             guard = self.hooks.make_request_guard(self, role)
             if guard is not None:
                 self.processors[role] = guard_processors(table, guard)
         self.store_dispatchers = self.hooks.register_store_dispatchers(self)
-        self.put_chain.set(self.hooks.register_put_interceptors(self))
+        self.schedulers = tuple(self.hooks.register_schedulers(self))
+        self.put_chain.set([*self.hooks.register_put_interceptors(self), *self.schedulers])

@@ -19,15 +19,27 @@ import trio
 
 from pyrmq.kernel.bundles import Bundle
 from pyrmq.kernel.kernel import Kernel
+from pyrmq.kernel.hooks import HookRelay
 from pyrmq.kernel.manager import build_relay, load_plugins
+from pyrmq.kernel.settings import Settings, resolve_settings
 
 log = logging.getLogger("pyrmq.kernel.service")
 
 
 def build_kernel(bundle: Bundle, *, extra_plugins: Iterable[object] = (), entry_points: bool | None = None) -> Kernel:
-    """Load the bundle's plugins and return an unstarted kernel."""
+    """Load the bundle's plugins, check the settings they declare against the bundle's values, and return an
+    unstarted kernel (ConfigError naming the file, key and expectation on a bad value)."""
     pm = load_plugins(bundle, extra=extra_plugins, entry_points_enabled=entry_points)
-    return Kernel(bundle, pm, build_relay(pm))
+    relay = build_relay(pm)
+    return Kernel(bundle, pm, relay, bundle_settings(bundle, relay))
+
+
+def bundle_settings(bundle: Bundle, relay: HookRelay | None = None) -> Settings:
+    """The bundle's settings as its plugins declare them (loads the plugins when no relay is given)."""
+    if relay is None:
+        relay = build_relay(load_plugins(bundle, entry_points_enabled=False))
+    sections, sources = bundle.settings_sections()
+    return resolve_settings(relay.register_settings(), sections, sources, present=sections, default_file=bundle.file)
 
 
 async def serve_kernel(kernel: Kernel, *, task_status: trio.TaskStatus[Kernel] = trio.TASK_STATUS_IGNORED) -> None:

@@ -7,7 +7,7 @@ must look like, and the concrete classes (``pyrmq.store.consume_queue.ConsumeQue
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import attrs
@@ -75,6 +75,44 @@ class Replicator(Protocol):
     def status(self) -> dict[str, str]:
         """Runtime-info entries (GET_BROKER_RUNTIME_INFO), e.g. ``haBehindBytes``."""
         ...
+
+
+class FlushPolicy(Protocol):
+    """How the commit log reaches the disk (``pyrmq_make_flush_policy``; the store's
+    :class:`pyrmq.store.flush.FlushPolicy`): a service over the store's flush target, and the SYNC_FLUSH wait."""
+
+    async def run(self, target: Any, *, task_status: Any = ...) -> None: ...
+
+    async def wait_flushed(self, target: Any, offset: int, timeout: float) -> bool: ...
+
+
+@runtime_checkable
+class MetricCollector(Protocol):
+    """A ``prometheus_client`` custom collector (``pyrmq_register_metric_collectors``): ``collect()`` yields metric
+    families, computed when ``/metrics`` is scraped."""
+
+    def collect(self) -> Iterable[Any]: ...
+
+
+class Role(enum.Enum):
+    """Whether a broker writes (the master of its group) or only takes replicated bytes and serves reads."""
+
+    MASTER = "MASTER"
+    SLAVE = "SLAVE"
+
+
+@attrs.frozen
+class RoleChange:
+    """What ``pyrmq_role_changed`` says: the broker's role now, its failover epoch (None without automatic
+    failover) and the broker id it registers with (0 for a master)."""
+
+    role: Role
+    broker_id: int
+    epoch: int | None = None
+
+    @property
+    def is_master(self) -> bool:
+        return self.role is Role.MASTER
 
 
 class PutKind(enum.Enum):
@@ -148,6 +186,21 @@ class PutInterceptor(Protocol):
     order: int
 
     def intercept(self, record: Any, context: PutContext) -> Any: ...
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """A delay scheduler (``pyrmq_register_schedulers``): a put interceptor that parks the messages carrying one of
+    its ``trigger_properties`` for later delivery (RocketMQ's delay levels and timer). ``summary()`` is one line for
+    ``pyrmq plugins --codes``."""
+
+    name: str
+    order: int
+    trigger_properties: frozenset[str]
+
+    def intercept(self, record: Any, context: PutContext) -> Any: ...
+
+    def summary(self) -> str: ...
 
 
 class PutChain:

@@ -4,7 +4,7 @@ UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
 GET_ALL_CONSUMER_OFFSET (43), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_BROKER_RUNTIME_INFO (28),
 GET_CONSUMER_CONNECTION_LIST (203), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO (300),
-GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25, the keys in RUNTIME_BROKER_CONFIG), GET_PRODUCER_CONNECTION_LIST
+GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25, the keys plugins declare ``runtime=True``), GET_PRODUCER_CONNECTION_LIST
 (204), GET_ALL_PRODUCER_INFO (328), VIEW_BROKER_STATS_DATA (315, plugins/broker/stats.py), and
 GET_CONSUMER_RUNNING_INFO (307) / CONSUME_MESSAGE_DIRECTLY (309), which are passed on to the consumer they name.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from pyrmq.kernel.bundles import _evolve_settings, format_java_properties, parse_java_properties
+from pyrmq.kernel.bundles import format_java_properties, parse_java_properties
 from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
@@ -69,12 +69,9 @@ class ViewBrokerStatsDataHeader:
     stats_key: str
 
 
-#: UPDATE_BROKER_CONFIG: the settings that take effect on a running pyrmq broker (RocketMQ 4.9.8 takes any key and
-#: most only act after a restart; pyrmq refuses the others with a remark, see docs/decisions.md)
-RUNTIME_BROKER_CONFIG = frozenset({
-    "brokerPermission", "autoCreateSubscriptionGroup", "notifyConsumerIdsChangedEnable",
-    "defaultQueryMaxNum", "enablePropertyFilter", "rejectTransactionMessage",
-})
+#: UPDATE_BROKER_CONFIG changes only the settings that take effect on a running pyrmq broker, those their plugins
+#: declare ``runtime=True`` (RocketMQ 4.9.8 takes any key and most only act after a restart; pyrmq refuses the others
+#: with a remark, see docs/decisions.md)
 
 
 CALL_CONSUMER_TIMEOUT = 10.0  # seconds, RocketMQ's Broker2Client.callClient
@@ -248,33 +245,46 @@ class AdminProcessor:
         UPDATE_BROKER_CONFIG requests applied (mqadmin getBrokerConfig)."""
         version = json.dumps({"counter": self.config_version, "timestamp": self.started_ms}, separators=(",", ":"))
         return request.make_response(
-            ResponseCode.SUCCESS, ext_fields={"version": version}, body=format_java_properties(self.ctx.settings, listenPort=self.ctx.store_host[1]).encode()
+            ResponseCode.SUCCESS, ext_fields={"version": version},
+            body=format_java_properties(self.ctx.kernel.settings.section("broker"), listenPort=self.ctx.store_host[1]).encode()
         )
 
     async def update_broker_config(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
-        """UPDATE_BROKER_CONFIG: Java properties text in the body; only RUNTIME_BROKER_CONFIG keys, validated as in a
-        bundle file. Applied to every holder of the settings at once (not written back to any file)."""
+        """UPDATE_BROKER_CONFIG: Java properties text in the body; only keys declared ``runtime=True``, validated as in
+        a bundle file. Applied to every holder of the settings at once (not written back to any file)."""
         try:
             values = parse_java_properties(request.body_bytes().decode("utf-8").splitlines())
         except (UnicodeDecodeError, ValueError) as exc:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad properties body: {exc}")
         if not values:
             return request.make_response(ResponseCode.SYSTEM_ERROR, "string2Properties error: no properties in the body")
-        refused = sorted(set(values) - RUNTIME_BROKER_CONFIG)
+        kernel = self.ctx.kernel
+        runtime = kernel.settings.runtime_keys("broker")
+        refused = sorted(set(values) - runtime)
         if refused:
             return request.make_response(
                 ResponseCode.SYSTEM_ERROR,
-                f"{', '.join(refused)} cannot be changed while the broker runs; these can: {', '.join(sorted(RUNTIME_BROKER_CONFIG))}",
+                f"{', '.join(refused)} cannot be changed while the broker runs; these can: {', '.join(sorted(runtime))}",
             )
         old = self.ctx.settings
         try:
-            new = _evolve_settings(old, values, "UPDATE_BROKER_CONFIG", "broker")
+            changed = kernel.settings.update("broker", values, source="UPDATE_BROKER_CONFIG")
         except ConfigError as exc:
             return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
-        holders = [self.ctx, *vars(self.ctx).values(), *(v for _, v in self.ctx.kernel.state.items())]
-        for holder in holders:
-            if getattr(holder, "settings", None) is old:
-                holder.settings = new
+        # every object holding a replaced settings instance (the broker context, feature objects, registered plugin
+        # objects) gets the new one
+        holders = [self.ctx, *vars(self.ctx).values(), *(v for _, v in kernel.state.items()),
+                   *(p for _, p in kernel.pluginmanager.list_name_plugin())]
+        for before, after in changed:
+            for holder in holders:
+                try:
+                    attributes = vars(holder)
+                except TypeError:
+                    continue
+                for name, value in list(attributes.items()):
+                    if value is before:
+                        setattr(holder, name, after)
+        new = self.ctx.settings
         self.config_version += 1
         log.info("broker config updated at runtime: %s", values)
         if new.brokerPermission != old.brokerPermission and self.ctx.started:

@@ -25,13 +25,16 @@ from cachetools import LRUCache
 from pyrmq.kernel.errors import ConfigError, FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.types import Role, RoleChange
 from pyrmq.plugins.broker.clients import ConsumerGroupInfo, ConsumerManager, ProducerManager
 from pyrmq.plugins.broker.consumer_filter import ConsumerFilterManager
 from pyrmq.plugins.broker.groups import SubscriptionGroupManager
 from pyrmq.plugins.broker.offsets import ConsumerOffsetManager
 from pyrmq.plugins.broker.registration import NameServerRegistration
+from pyrmq.plugins.broker.settings import BrokerSettings
 from pyrmq.plugins.broker.stats import BrokerStats
 from pyrmq.plugins.broker.topics import TopicConfig, TopicConfigManager
+from pyrmq.plugins.builtin.remoting_server import BrokerListenSettings
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codes import RequestCode
 from pyrmq.remoting.command import RemotingCommand
@@ -119,8 +122,9 @@ class BrokerContext:
 
     def __init__(self, kernel: Any) -> None:
         self.kernel = kernel
-        self.settings = settings = kernel.bundle.broker
-        self.store_host = (settings.brokerIP1, settings.listenPort)
+        self.settings = settings = kernel.settings(BrokerSettings)
+        listen_port = kernel.settings(BrokerListenSettings).listenPort
+        self.store_host = (settings.brokerIP1, listen_port)
         self.config_dir = os.path.join(str(settings.store_root), "config")
         self._files = {
             name: ConfigFile(config_path(str(settings.store_root), name))
@@ -143,14 +147,19 @@ class BrokerContext:
         self.get_stats = RateCounter()  # messages handed out by PULL_MESSAGE (OutTPS)
         #: per topic / group traffic (VIEW_BROKER_STATS_DATA, consumeTps, /metrics): plugins/broker/stats.py
         self.stats = BrokerStats(settings.brokerClusterName)
-        # the store flushes as flushDiskType says (ASYNC_FLUSH interval flush or SYNC_FLUSH group commit)
-        self.store = MessageStore(store_config(settings))
+        # how the commit log reaches the disk is the flush hook's choice (shipped: flushDiskType's two services)
+        config = store_config(settings)
+        self.store = MessageStore(config, flush_policy=kernel.hooks.make_flush_policy(kernel, config))
         #: the put interceptors (filled at collection, after every plugin's configure): send and send-back run it
         self.put_chain = kernel.put_chain
         self.client = RemotingClient()
-        self.registration = NameServerRegistration(settings, self.client, self.topics.registration_wrapper)
+        self.registration = NameServerRegistration(
+            settings, self.client, self.topics.registration_wrapper, f"{settings.brokerIP1}:{listen_port}")
         #: master/slave replication (``pyrmq_make_replicator``), made once the store is loaded; None without one
         self.replicator: Any = None
+        #: the broker's role now (``pyrmq_role_changed``): from ``brokerRole`` at start, or what a replicator that
+        #: changes roles (automatic failover) said last; a failover replica starts as a slave until elected
+        self.role = RoleChange(Role.SLAVE if settings.brokerRole == "SLAVE" else Role.MASTER, broker_id=settings.brokerId)
         self.started = False
 
     # -- shared services -------------------------------------------------------------------------------------
@@ -247,6 +256,11 @@ class BrokerContext:
 BROKER = StateKey[BrokerContext]("broker")
 
 
+@hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": BrokerSettings}
+
+
 @hookimpl(tryfirst=True)
 def pyrmq_configure(kernel: Any) -> None:
     # tryfirst: the context exists before any feature plugin's configure looks for it (like pytest's own configure)
@@ -271,9 +285,29 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     await nursery.start(ctx.housekeeping)
     await nursery.start(ctx.stats.run)
     ctx.replicator = kernel.hooks.make_replicator(kernel, ctx)
+    if getattr(ctx.replicator, "changes_roles", False):
+        # automatic failover: a replica is a slave until elected; the replicator announces every change
+        ctx.role = RoleChange(Role.SLAVE, broker_id=ctx.settings.brokerId)
+    else:
+        await kernel.hooks.role_changed(kernel, ctx.role)  # the role brokerRole gives, for the broker's life
     if ctx.replicator is not None:
         await nursery.start(ctx.replicator.run)
     nursery.start_soon(ctx.register_when_listening)
+
+
+@hookimpl(tryfirst=True)
+async def pyrmq_role_changed(kernel: Any, change: RoleChange) -> None:
+    # first, so every feature's implementation finds BrokerContext.role up to date; the name servers learn the
+    # broker id (0 for a master) and the failover epoch (dataVersion.stateVersion, their fence) at once
+    ctx = kernel.state.find(BROKER)
+    if ctx is None:
+        return
+    previous, ctx.role = ctx.role, change
+    registration = ctx.registration
+    registration.broker_id = change.broker_id
+    registration.state_version = change.epoch
+    if ctx.started and (previous.broker_id, previous.epoch) != (change.broker_id, change.epoch):
+        registration.trigger()
 
 
 @hookimpl(trylast=True)

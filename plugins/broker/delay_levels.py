@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import re
 import struct
 import threading
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.settings import at_least, setting
 from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.vocabulary import SCHEDULE_TOPIC, MessageProperty
@@ -136,6 +138,10 @@ class DelayLevelService:
     @property
     def max_level(self) -> int:
         return len(self.levels_ms)
+
+    def summary(self) -> str:
+        """One line for ``pyrmq plugins --codes`` (the scheduler hook's listing)."""
+        return f"{PROPERTY_DELAY}: {len(self.levels_ms)} levels, parked under {SCHEDULE_TOPIC}"
 
     def delay_of(self, level: int) -> int:
         return self.levels_ms[min(level, self.max_level) - 1]
@@ -343,6 +349,44 @@ class DelayLevelService:
         return True
 
 
+_DELAY_TOKEN = re.compile(r"^(\d+)([smhd])$")
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """``"1s 5s 10s ... 2h"`` -> delays in milliseconds, level i (1-based) at index i-1 (spec 7.6)."""
+    unit_ms = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+    out = []
+    for token in text.split():
+        m = _DELAY_TOKEN.match(token)
+        if not m:
+            raise ValueError(f"bad delay level token {token!r} (expected <int><s|m|h|d>, e.g. 5s)")
+        out.append(int(m.group(1)) * unit_ms[m.group(2)])
+    if not out:
+        raise ValueError("no delay levels")
+    return tuple(out)
+
+
+def _delay_levels(v: str) -> str | None:
+    try:
+        parse_delay_levels(v)
+    except ValueError as exc:
+        return f"space-separated <int><s|m|h|d> tokens ({exc})"
+    return None
+
+
+@attrs.frozen
+class DelayLevelSettings:
+    """The delay levels' broker.conf keys (RocketMQ 4.9.8's names and defaults)."""
+
+    messageDelayLevel: str = setting("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h", check=_delay_levels,
+                                     help="the delay of each level, 1 upwards")
+    flushDelayOffsetInterval: int = setting(10_000, check=at_least(1), help="ms between saves of delayOffset.json")
+
+    @property
+    def delay_levels_ms(self) -> tuple[int, ...]:
+        return parse_delay_levels(self.messageDelayLevel)
+
+
 DELAY_LEVELS = StateKey[DelayLevelService]("delay_levels")
 
 
@@ -357,11 +401,12 @@ def pyrmq_configure(kernel: Any) -> None:
     if ctx is None:
         return
     settings = ctx.settings
+    own = kernel.settings(DelayLevelSettings)
     service = DelayLevelService(
         ctx.store,
-        settings.delay_levels_ms,
+        own.delay_levels_ms,
         ctx.config_dir,
-        flush_interval_s=settings.flushDelayOffsetInterval / 1000,
+        flush_interval_s=own.flushDelayOffsetInterval / 1000,
         deliver=settings.brokerRole != "SLAVE",
     )
     kernel.state.put(DELAY_LEVELS, service)
@@ -376,7 +421,12 @@ def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
 
 
 @hookimpl(trylast=True)
-def pyrmq_register_put_interceptors(kernel: Any) -> list[Any] | None:
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": DelayLevelSettings}
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_schedulers(kernel: Any) -> list[Any] | None:
     service = kernel.state.find(DELAY_LEVELS)
     return None if service is None else [service]
 

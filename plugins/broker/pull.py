@@ -22,6 +22,7 @@ import trio
 from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.settings import at_least, setting
 from pyrmq.plugins.broker.consumer_filter import RETRY_GROUP_TOPIC_PREFIX, FilterResultsDispatcher, RetryTopicFilter, is_tag_type
 from pyrmq.plugins.broker.core import BROKER
 from pyrmq.plugins.broker.topics import is_readable
@@ -179,10 +180,19 @@ class PullRequestHoldService:
             await connection.send_response(response)
 
 
+@attrs.frozen
+class PullSettings:
+    """The pull plugin's broker.conf keys (RocketMQ 4.9.8's names and defaults)."""
+
+    longPollingEnable: bool = setting(True, help="park a pull that finds nothing until a message arrives")
+    shortPollingTimeMills: int = setting(1000, check=at_least(1), help="ms a pull is parked without long polling")
+    slaveReadEnable: bool = setting(False, help="suggest the slave to consumers far behind (spec 3.3)")
+
+
 class PullMessageProcessor:
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: Any, settings: PullSettings) -> None:
         self.ctx = ctx
-        settings = ctx.settings
+        self.settings = settings
         check = 5.0 if settings.longPollingEnable else settings.shortPollingTimeMills / 1000
         self.hold = PullRequestHoldService(self, check)
 
@@ -218,7 +228,8 @@ class PullMessageProcessor:
             return message_filter
         response = self.execute(connection, request, header, message_filter, first=True)
         if response is None:
-            timeout = header.suspend_timeout_millis if settings.longPollingEnable else settings.shortPollingTimeMills
+            own = self.settings
+            timeout = header.suspend_timeout_millis if own.longPollingEnable else own.shortPollingTimeMills
             self.hold.park(ParkedPull(connection, request, header, message_filter, trio.current_time() + timeout / 1000))
         return response
 
@@ -274,7 +285,7 @@ class PullMessageProcessor:
     def _suggest(self, header: PullMessageRequestHeader, result: Any) -> int:
         """suggestWhichBrokerId (PullMessageProcessor): the master unless slaveReadEnable; then the group's
         whichBrokerWhenConsumeSlowly when the pull lags beyond accessMessageInMemoryMaxRatio, else its brokerId."""
-        if not self.ctx.settings.slaveReadEnable:
+        if not self.settings.slaveReadEnable:
             return 0
         config = self.ctx.groups.table.get(header.consumer_group)
         if config is None:
@@ -321,10 +332,15 @@ PULL = StateKey[PullMessageProcessor]("broker.pull")
 
 
 @hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": PullSettings}
+
+
+@hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
     ctx = kernel.state.find(BROKER)
     if ctx is not None:
-        processor = kernel.state.put(PULL, PullMessageProcessor(ctx))
+        processor = kernel.state.put(PULL, PullMessageProcessor(ctx, kernel.settings(PullSettings)))
         ctx.consumer_filters.listeners.append(processor.hold.filter_changed)
 
 

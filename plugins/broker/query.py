@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
+
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.settings import at_least, setting
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -21,15 +24,23 @@ from pyrmq.remoting.message import PREFIX
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 
+@attrs.frozen
+class QuerySettings:
+    """The query plugin's broker.conf key (RocketMQ 4.9.8's name and default)."""
+
+    defaultQueryMaxNum: int = setting(32, check=at_least(1), runtime=True, help="records a unique-key query returns")
+
+
 class QueryProcessor:
-    def __init__(self, ctx: BrokerContext) -> None:
+    def __init__(self, ctx: BrokerContext, settings: QuerySettings) -> None:
         self.ctx = ctx
+        self.settings = settings
 
     async def query_message(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         h = QueryMessageRequestHeader.from_ext_fields(request.ext_fields)
         max_num = h.max_num
         if request.ext_fields.get(UNIQUE_KEY_QUERY, "").lower() == "true":
-            max_num = self.ctx.settings.defaultQueryMaxNum  # a unique-key query overrides maxNum (spec 3.5)
+            max_num = self.settings.defaultQueryMaxNum  # a unique-key query overrides maxNum (spec 3.5)
         store = self.ctx.store
         result = store.query_message(h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp)
         bound = store.read_bound
@@ -69,10 +80,15 @@ QUERY = StateKey[QueryProcessor]("broker.query")
 
 
 @hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": QuerySettings}
+
+
+@hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
     ctx = kernel.state.find(BROKER)
     if ctx is not None:
-        kernel.state.put(QUERY, QueryProcessor(ctx))
+        kernel.state.put(QUERY, QueryProcessor(ctx, kernel.settings(QuerySettings)))
 
 
 @hookimpl(trylast=True)

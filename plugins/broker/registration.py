@@ -22,19 +22,19 @@ log = logging.getLogger("pyrmq.broker.registration")
 class NameServerRegistration:
     """Keeps this broker registered with every configured name server."""
 
-    def __init__(self, settings: Any, client: Any, topic_wrapper: Any) -> None:
+    def __init__(self, settings: Any, client: Any, topic_wrapper: Any, broker_addr: str) -> None:
         self.settings = settings
         self.client = client
         self.topic_wrapper = topic_wrapper  # () -> TopicConfigSerializeWrapper dict
         #: ``brokerIP1:port`` registered (the real port once the listener is up)
-        self.broker_addr = settings.broker_addr
+        self.broker_addr = broker_addr
         #: name servers to register with (namesrvAddr; the embedded one in `pyrmq dev`)
         self.namesrv_addresses = settings.namesrv_addresses
         self._wakeup = trio.Event()
         #: HA address of the master learned from registration (slaves)
         self.master_addr = ""
         self.master_ha_addr = ""
-        #: the HA address the replicator really listens on (None: haListenPort)
+        #: the HA address the replicator really listens on (None: listenPort + 1, RocketMQ's haListenPort)
         self.ha_addr: str | None = None
         #: the id registered: brokerId, or what automatic failover says (0 while this replica is the elected master)
         self.broker_id = settings.brokerId
@@ -43,7 +43,10 @@ class NameServerRegistration:
 
     @property
     def ha_server_addr(self) -> str:
-        return self.ha_addr or f"{self.settings.brokerIP2 or self.settings.brokerIP1}:{self.settings.haListenPort}"
+        if self.ha_addr:
+            return self.ha_addr
+        port = int(self.broker_addr.rpartition(":")[2] or 0)
+        return f"{self.settings.brokerIP2 or self.settings.brokerIP1}:{port + 1}"
 
     def _register_request(self) -> RemotingCommand:
         wrapper = self.topic_wrapper()

@@ -254,7 +254,6 @@ class SendProcessor:
             or not s.brokerPermission & config.perm & PERM_WRITE
             or queue_id < 0
             or (queue_id >= config.write_queue_nums and queue_id >= config.read_queue_nums)
-            or (sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE and s.rejectTransactionMessage)
         ):
             return _GENERIC
         properties = decode_properties(text) if text else {}
@@ -361,8 +360,6 @@ class SendProcessor:
         config, queue_id = self.check(header, born_host)
         properties = decode_properties(header.properties) if header.properties else {}
         wait = properties.get(PROPERTY_WAIT) != "false"
-        if header.sys_flag & TRANSACTION_TYPE_MASK == TRANSACTION_PREPARED_TYPE and self.ctx.settings.rejectTransactionMessage:
-            raise SendRejected(ResponseCode.NO_PERMISSION, f"the broker[{self.ctx.settings.brokerIP1}] sending transaction message is forbidden")
         record = self.record(header, header.topic, queue_id, request.body_bytes(), properties, born_host)
         chain = self.chain
         if chain.applies(record):

@@ -36,15 +36,19 @@ import math
 import os
 import struct
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.settings import at_least, setting
 from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.timer_wheel import FLAG_ROLL, TimingWheel, WheelCorruptError
+from pyrmq.plugins.broker.metrics import broker_labels
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.message import HEADER_STRUCTS, INT
 from pyrmq.remoting.vocabulary import MessageProperty
@@ -132,6 +136,11 @@ class TimerService:
         return self.store.clock
 
     # -- metrics -----------------------------------------------------------------------------------------------
+
+    def summary(self) -> str:
+        """One line for ``pyrmq plugins --codes`` (the scheduler hook's listing)."""
+        return (f"{PROPERTY_TIMER_DELIVER_MS} / {PROPERTY_TIMER_DELAY_SEC}: up to {self.max_delay_ms / DAY_MS:g} days "
+                f"ahead, parked under {TIMER_TOPIC}")
 
     def track_topics(self) -> None:
         """Count the wheel's messages per real topic from now on (what the metrics exporter shows): the wheel's
@@ -574,6 +583,56 @@ class TimerService:
         return msg.to_record(topic, queue_id, properties, tags_code=tags_code)
 
 
+class TimerCollector:
+    """The timing wheel's series (5.x's rocketmq_timer_* and rocketmq_timing_messages), read when scraped."""
+
+    def __init__(self, service: Any, settings: Any) -> None:
+        self.service = service
+        self.settings = settings
+
+    def describe(self) -> list[Metric]:
+        return []  # computed at scrape time
+
+    def collect(self) -> Iterator[Metric]:
+        base, common = broker_labels(self.settings)
+        service = self.service
+        topic_labels = base + ["topic"]
+        by_topic = service.timing_by_topic or {}
+        enqueued = CounterMetricFamily(
+            "rocketmq_timer_enqueue", "Messages put into the timing wheel, by topic.", labels=topic_labels)
+        for topic, n in sorted(service.enqueued_by_topic.items()):
+            enqueued.add_metric(common + [topic], n)
+        dequeued = CounterMetricFamily(
+            "rocketmq_timer_dequeue", "Timed messages delivered to their topic, by topic.", labels=topic_labels)
+        for topic, n in sorted(service.delivered_by_topic.items()):
+            dequeued.add_metric(common + [topic], n)
+        timing = GaugeMetricFamily(
+            "rocketmq_timing_messages", "Messages waiting in the timing wheel, by topic.", labels=topic_labels)
+        for topic in sorted(set(by_topic) | set(service.delivered_by_topic)):
+            timing.add_metric(common + [topic], by_topic.get(topic, 0))
+        yield from (enqueued, dequeued, timing)
+        # how far behind the service is: parked but not yet in the wheel, due but not yet delivered (5.x's names)
+        enqueue_lag, enqueue_ms = service.enqueue_behind()
+        dequeue_lag, dequeue_ms = service.dequeue_behind()
+        for name, help_text, value in (
+            ("rocketmq_timer_enqueue_lag", "Timed messages parked but not yet in the timing wheel.", enqueue_lag),
+            ("rocketmq_timer_enqueue_latency", "Age of the oldest of them (milliseconds).", enqueue_ms),
+            ("rocketmq_timer_dequeue_lag", "Timed messages due but not yet delivered.", dequeue_lag),
+            ("rocketmq_timer_dequeue_latency", "How late the oldest of them is (milliseconds).", dequeue_ms),
+        ):
+            gauge = GaugeMetricFamily(name, help_text, labels=base)
+            gauge.add_metric(common, value)
+            yield gauge
+
+
+
+@attrs.frozen
+class TimerSettings:
+    """The timer's broker.conf keys (RocketMQ 5.x's names)."""
+
+    timerFlushIntervalMs: int = setting(1000, check=at_least(1), help="ms between saves of the timer's progress")
+
+
 TIMER = StateKey[TimerService]("timer")
 
 
@@ -593,7 +652,7 @@ def pyrmq_configure(kernel: Any) -> None:
         ctx.store,
         os.path.join(str(settings.store_root), "timerwheel"),
         retention_hours=settings.fileReservedTime,
-        flush_interval_s=settings.flushDelayOffsetInterval / 1000,
+        flush_interval_s=kernel.settings(TimerSettings).timerFlushIntervalMs / 1000,
         max_delay_days=float(options.get("max_delay_days", MAX_DELAY_DAYS)),
         deliver=settings.brokerRole != "SLAVE",
     )
@@ -601,9 +660,25 @@ def pyrmq_configure(kernel: Any) -> None:
 
 
 @hookimpl(trylast=True)
-def pyrmq_register_put_interceptors(kernel: Any) -> list[Any] | None:
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": TimerSettings}
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_schedulers(kernel: Any) -> list[Any] | None:
     service = kernel.state.find(TIMER)
     return None if service is None else [service]
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_metric_collectors(kernel: Any, role: str) -> list[Any] | None:
+    service = kernel.state.find(TIMER)
+    if service is None or role != "broker":
+        return None
+    from pyrmq.plugins.broker.core import BROKER
+
+    service.track_topics()  # rocketmq_timing_messages by topic
+    return [TimerCollector(service, kernel.state.get(BROKER).settings)]
 
 
 @hookimpl(trylast=True)

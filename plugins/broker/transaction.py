@@ -33,14 +33,18 @@ END_TRANSACTION (37) with COMMIT or ROLLBACK. Consumers only ever see committed 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
 import trio
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.settings import at_least, setting
 from pyrmq.kernel.types import ORDER_REROUTE, PutContext, PutKind, Rejection, TransactionState
+from pyrmq.plugins.broker.metrics import broker_labels
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError, RemotingError
@@ -124,11 +128,12 @@ class TransactionService:
         self.kernel = kernel
         self.store = ctx.store
         s = ctx.settings
-        self.check_interval_s = s.transactionCheckInterval / 1000
-        self.timeout_ms = s.transactionTimeOut
-        self.check_max = s.transactionCheckMax
+        t = kernel.settings(TransactionSettings)
+        self.check_interval_s = t.transactionCheckInterval / 1000
+        self.timeout_ms = t.transactionTimeOut
+        self.check_max = t.transactionCheckMax
         self.reserved_ms = s.fileReservedTime * 3600 * 1000
-        self.reject = s.rejectTransactionMessage
+        self.reject = t.rejectTransactionMessage
         self.slave = s.brokerRole == "SLAVE"
         #: origin -> its latest half, for every transaction not resolved yet
         self.pending: dict[int, Half] = {}
@@ -540,6 +545,52 @@ class TransactionService:
         return True
 
 
+class TransactionCollector:
+    """rocketmq_commit_messages, rocketmq_rollback_messages and rocketmq_half_messages (5.x's names), read when scraped."""
+
+    def __init__(self, service: Any) -> None:
+        self.service = service
+
+    def describe(self) -> list[Metric]:
+        return []  # computed at scrape time
+
+    def collect(self) -> Iterator[Metric]:
+        base, common = broker_labels(self.service.ctx.settings)
+        service = self.service
+        commits = CounterMetricFamily(
+            "rocketmq_commit_messages", "Transactions committed, by topic.", labels=base + ["topic"])
+        for topic, n in list(service.commits_by_topic.items()):
+            commits.add_metric(common + [topic], n)
+        rollbacks = CounterMetricFamily(
+            "rocketmq_rollback_messages", "Transactions rolled back, by topic.", labels=base + ["topic"])
+        for topic, n in list(service.rollbacks_by_topic.items()):
+            rollbacks.add_metric(common + [topic], n)
+        service.ingest()  # halves sent since the last check pass or END_TRANSACTION (synchronous, a no-op before load)
+        pending: dict[str, int] = {}
+        for half in list(service.pending.values()):
+            pending[half.topic] = pending.get(half.topic, 0) + 1
+        # a topic that had transactions stays at 0 once they are resolved (5.x keeps its count too)
+        for topic in (*service.commits_by_topic, *service.rollbacks_by_topic):
+            pending.setdefault(topic, 0)
+        half = GaugeMetricFamily(
+            "rocketmq_half_messages", "Half messages whose transaction is not resolved yet, by topic.",
+            labels=base + ["topic"])
+        for topic, n in sorted(pending.items()):
+            half.add_metric(common + [topic], n)
+        yield from (commits, rollbacks, half)
+
+
+
+@attrs.frozen
+class TransactionSettings:
+    """The transaction plugin's broker.conf keys (RocketMQ 4.9.8's names and defaults)."""
+
+    rejectTransactionMessage: bool = setting(False, runtime=True, help="refuse half messages (NO_PERMISSION)")
+    transactionCheckInterval: int = setting(60_000, check=at_least(1), help="ms between check passes")
+    transactionTimeOut: int = setting(6000, check=at_least(0), help="ms before a half is checked first")
+    transactionCheckMax: int = setting(15, check=at_least(1), help="checks before a half is given up")
+
+
 TRANSACTIONS = StateKey[TransactionService]("broker.transaction")
 
 
@@ -559,9 +610,20 @@ def pyrmq_configure(kernel: Any) -> None:
 
 
 @hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": TransactionSettings}
+
+
+@hookimpl(trylast=True)
 def pyrmq_register_put_interceptors(kernel: Any) -> list[Any] | None:
     service = kernel.state.find(TRANSACTIONS)
     return None if service is None else [service]
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_metric_collectors(kernel: Any, role: str) -> list[Any] | None:
+    service = kernel.state.find(TRANSACTIONS)
+    return None if service is None or role != "broker" else [TransactionCollector(service)]
 
 
 @hookimpl(trylast=True)

@@ -14,18 +14,42 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.settings import port as tcp_port, setting
 from pyrmq.remoting.codes import RequestCode
 from pyrmq.remoting.server import RemotingServer
 
 SERVERS = StateKey[dict]("remoting.servers")
 
 
+@attrs.frozen
+class NamesrvListenSettings:
+    """Where the name server listens (``[namesrv]``)."""
+
+    listenHost: str = setting("127.0.0.1", help="the interface to bind (RocketMQ binds all)")
+    listenPort: int = setting(9876, check=tcp_port)
+
+
+@attrs.frozen
+class BrokerListenSettings:
+    """Where the broker listens (``[broker]``, RocketMQ's broker.conf names)."""
+
+    listenHost: str = setting("127.0.0.1", help="pyrmq: the interface to bind (RocketMQ binds all)")
+    listenPort: int = setting(10911, check=tcp_port)
+    fastListenEnable: bool = setting(True, help="also listen on the VIP port listenPort - 2 (RocketMQ always does)")
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"namesrv": NamesrvListenSettings, "broker": BrokerListenSettings}
+
+
 def _listen_address(kernel: Any, role: str) -> tuple[str, int]:
-    settings = kernel.bundle.namesrv if role == "namesrv" else kernel.bundle.broker
+    settings = kernel.settings(NamesrvListenSettings if role == "namesrv" else BrokerListenSettings)
     return settings.listenHost, settings.listenPort
 
 
@@ -47,8 +71,7 @@ def pyrmq_configure(kernel: Any) -> None:
     for role in kernel.bundle.roles:
         host, port = _listen_address(kernel, role)
         servers[role] = server(role, role, host, port)
-        broker = kernel.bundle.broker
-        if role == "broker" and broker.fastListenEnable and port > 2:
+        if role == "broker" and kernel.settings(BrokerListenSettings).fastListenEnable and port > 2:
             servers["broker-vip"] = server(role, "broker-vip", host, port - 2)
     kernel.state.put(SERVERS, servers)
 

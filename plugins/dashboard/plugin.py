@@ -1,9 +1,10 @@
 """The dashboard as a plugin: ``pyrmq dashboard`` (``pyrmq_add_commands``) and, in the dev bundle, a service beside
-the name server and broker (``pyrmq_serve``; ``pyrmq dev`` turns it on, ``--no-dashboard`` off).
+the name server and broker (``pyrmq_serve``; ``pyrmq dev`` turns it on, ``--no-dashboard`` off, ``--dashboard-port``
+moves it: this plugin's options of the dev command, ``pyrmq_add_options`` / ``pyrmq_apply_options``).
 
-Settings (``[plugins."pyrmq.plugins.dashboard.plugin"]``): ``enabled`` (false unless ``pyrmq dev`` sets it),
-``host`` (127.0.0.1), ``port`` (8082, rocketmq-dashboard's; 0 = any free port), ``users`` (a user file: login
-required), ``interval`` (seconds between TPS samples, 5).
+Settings (``[plugins."pyrmq.plugins.dashboard.plugin"]``, :class:`DashboardSettings`): ``enabled`` (false unless
+``pyrmq dev`` sets it), ``host`` (127.0.0.1), ``port`` (8082, rocketmq-dashboard's; 0 = any free port), ``users`` (a
+user file: login required), ``interval`` (seconds between TPS samples, 5), ``access_key`` / ``secret_key`` (ACL).
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import socket
 import sys
 from typing import Any
 
+import attrs
 import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.settings import port as tcp_port, setting
 
 log = logging.getLogger("pyrmq.dashboard")
 NAME = "pyrmq.plugins.dashboard.plugin"
@@ -61,32 +64,79 @@ async def serve_dashboard(namesrv: str, sock: socket.socket, *, users: str | Non
         task_status.started(f"http://{host}:{port}/")
 
 
+@attrs.frozen
+class DashboardSettings:
+    """``[plugins."pyrmq.plugins.dashboard.plugin"]``: the dashboard served beside a bundle's name server."""
+
+    enabled: bool = setting(False, help="serve it (pyrmq dev sets this unless --no-dashboard)")
+    host: str = setting("127.0.0.1", help="listen address")
+    port: int = setting(DEFAULT_PORT, check=tcp_port, help="listen port (0 = any free port)")
+    users: str = setting("", help="a user file (name:hash lines): login required")
+    interval: float = setting(5.0, help="seconds between TPS samples")
+    access_key: str = setting("", help="ACL access key the dashboard signs with (default $ROCKETMQ_ACCESS_KEY)")
+    secret_key: str = setting("", help="ACL secret key (default $ROCKETMQ_SECRET_KEY)")
+
+
+@hookimpl
+def pyrmq_register_settings() -> dict[str, type]:
+    return {f"plugins.{NAME}": DashboardSettings}
+
+
+def _served(kernel: Any) -> DashboardSettings | None:
+    settings = kernel.settings(DashboardSettings)
+    return settings if settings.enabled and "namesrv" in kernel.bundle.roles else None
+
+
+@hookimpl
+def pyrmq_configure(kernel: Any) -> None:
+    if _served(kernel) is not None:
+        kernel.expect_listening("dashboard")  # the CLI's ready line names it
+
+
 @hookimpl
 async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
-    settings = kernel.plugin_settings(NAME)
-    if not settings.get("enabled") or "namesrv" not in kernel.bundle.roles:
+    settings = _served(kernel)
+    if settings is None:
         return
     # bound now, so a port in use fails the start; served once the name server listens (its serve may come later)
-    host, port = str(settings.get("host", "127.0.0.1")), int(settings.get("port", DEFAULT_PORT))
+    host, port = settings.host, settings.port
     try:
         sock = bind(host, port)
     except OSError as exc:  # another dashboard (or anything) has the port: the ready line names the one we got
         log.warning("dashboard: cannot listen on %s:%d (%s); using a free port", host, port, exc)
         sock = bind(host, 0)
-    users = settings.get("users")
     # ACL: the plugin's access_key / secret_key settings, else the console tools' variables
-    access_key = settings.get("access_key") or os.environ.get("ROCKETMQ_ACCESS_KEY")
-    secret_key = settings.get("secret_key") or os.environ.get("ROCKETMQ_SECRET_KEY")
+    access_key = settings.access_key or os.environ.get("ROCKETMQ_ACCESS_KEY")
+    secret_key = settings.secret_key or os.environ.get("ROCKETMQ_SECRET_KEY")
     credentials = (str(access_key), str(secret_key)) if access_key and secret_key else None
 
     async def run() -> None:
         namesrv = await kernel.wait_listening("namesrv")
         url = await nursery.start(lambda task_status: serve_dashboard(
-            namesrv, sock, users=str(users) if users else None, interval=float(settings.get("interval", 5.0)),
+            namesrv, sock, users=settings.users or None, interval=settings.interval,
             credentials=credentials, task_status=task_status))
         kernel.mark_listening("dashboard", url)
 
     nursery.start_soon(run)
+
+
+@hookimpl
+def pyrmq_add_options(command: str, parser: argparse.ArgumentParser) -> None:
+    if command == "dev":
+        parser.add_argument("--dashboard-port", type=int, metavar="PORT",
+                            help=f"web dashboard port (default {DEFAULT_PORT}; 0 = any free port)")
+        parser.add_argument("--no-dashboard", action="store_true", help="do not serve the web dashboard")
+
+
+@hookimpl
+def pyrmq_apply_options(command: str, args: argparse.Namespace, bundle: Any) -> Any:
+    # pyrmq dev serves the dashboard of a bundle that has this plugin (docs/dashboard.md), unless --no-dashboard
+    if command != "dev" or NAME not in bundle.plugins or getattr(args, "no_dashboard", False):
+        return None
+    values: dict[str, Any] = {"enabled": True}
+    if getattr(args, "dashboard_port", None) is not None:
+        values["port"] = args.dashboard_port
+    return bundle.with_plugin_settings(NAME, values)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:

@@ -10,13 +10,17 @@ import json
 import logging
 import struct
 import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import trio
 
+import attrs
+from prometheus_client.core import GaugeMetricFamily, Metric
+
 from pyrmq.kernel.bundles import format_java_properties
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.settings import at_least, setting
 from pyrmq.plugins.namesrv.kvconfig import KVConfig
 from pyrmq.plugins.namesrv.routes import RouteTable
 from pyrmq.remoting import fastjson
@@ -106,11 +110,45 @@ def decode_register_body(body: bytes, *, compressed: bool, version: int) -> tupl
     return wrapper.get("dataVersion") or {}, wrapper.get("topicConfigTable") or {}
 
 
+class NamesrvCollector:
+    """The name server's own series: live brokers per cluster (a pyrmq addition; 5.x's name server exports only
+    RPC latency)."""
+
+    def __init__(self, namesrv: Any) -> None:
+        self.namesrv = namesrv
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        routes = self.namesrv.routes
+        brokers = GaugeMetricFamily(
+            "rocketmq_namesrv_brokers", "Broker groups registered with the name server.", labels=["node_type", "cluster"]
+        )
+        for cluster, names in sorted(routes.clusters.items()):
+            brokers.add_metric(["namesrv", cluster], len(names))
+        topics = GaugeMetricFamily("rocketmq_namesrv_topics", "Topics with routes on the name server.", labels=["node_type"])
+        topics.add_metric(["namesrv"], len(routes.topic_queues))
+        yield from (brokers, topics)
+
+
+@attrs.frozen
+class NamesrvSettings:
+    """Name server settings (``[namesrv]``, RocketMQ's namesrv.conf names)."""
+
+    #: scan for silent brokers every N ms; brokers silent for brokerChannelExpiredTime ms are removed (spec 7.1)
+    scanNotActiveBrokerInterval: int = setting(10_000, check=at_least(1))
+    brokerChannelExpiredTime: int = setting(120_000, check=at_least(1))
+    orderMessageEnable: bool = setting(False)
+    kvConfigPath: str = setting("~/namesrv/kvConfig.json")
+
+
 class NameServer:
-    """State and request processors of one name server."""
+    """State and request processors of one name server; registered as a plugin (its methods are hook
+    implementations) by this module's ``pyrmq_configure``."""
 
     def __init__(self, kernel: Any) -> None:
-        settings = kernel.bundle.namesrv
+        settings = kernel.settings(NamesrvSettings)
         self.kernel = kernel
         self.settings = settings
         self.routes = RouteTable(order_message_enable=settings.orderMessageEnable)
@@ -231,8 +269,10 @@ class NameServer:
     async def get_config(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
         """GET_NAMESRV_CONFIG (319): the settings as Java properties text (mqadmin getNamesrvConfig)."""
         listening = self.kernel.listening.get(ROLE)
-        port = int(listening.rpartition(":")[2]) if listening else self.settings.listenPort
-        return req.make_response(ResponseCode.SUCCESS, body=format_java_properties(self.settings, listenPort=port).encode())
+        values = self.kernel.settings.section(ROLE)
+        if listening:
+            values["listenPort"] = int(listening.rpartition(":")[2])
+        return req.make_response(ResponseCode.SUCCESS, body=format_java_properties(values).encode())
 
     async def get_kv(self, conn: Any, req: RemotingCommand) -> RemotingCommand:
         h = GetKVConfigRequestHeader.from_ext_fields(req.ext_fields)
@@ -265,31 +305,32 @@ class NameServer:
             await trio.sleep(self.settings.scanNotActiveBrokerInterval / 1000)
 
 
-NAMESRV = StateKey[NameServer]("namesrv")
+    # -- hooks (this object is registered as a plugin) ---------------------------------------------------------
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_processors(self, role: str) -> dict[int, Any] | None:
+        return self.processors() if role == ROLE else None
+
+    @hookimpl(trylast=True)
+    async def pyrmq_serve(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.scan_brokers)
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_metric_collectors(self, role: str) -> list[Any] | None:
+        return [NamesrvCollector(self)] if role == ROLE else None
+
+    @hookimpl(trylast=True)
+    def pyrmq_connection_closed(self, role: str, connection: Any) -> None:
+        if role == ROLE:
+            self.routes.connection_closed(connection)
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"namesrv": NamesrvSettings}
 
 
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
     if ROLE in kernel.bundle.roles:
-        kernel.state.put(NAMESRV, NameServer(kernel))
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    if role != ROLE:
-        return None
-    return kernel.state.get(NAMESRV).processors()
-
-
-@hookimpl(trylast=True)
-async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
-    namesrv = kernel.state.find(NAMESRV)
-    if namesrv is not None:
-        await nursery.start(namesrv.scan_brokers)
-
-
-@hookimpl(trylast=True)
-def pyrmq_connection_closed(kernel: Any, role: str, connection: Any) -> None:
-    if role == ROLE:
-        kernel.state.get(NAMESRV).routes.connection_closed(connection)
-
+        kernel.register(NameServer(kernel), "namesrv")

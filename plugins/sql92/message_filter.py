@@ -13,7 +13,10 @@ import logging
 import struct
 from typing import Any
 
+import attrs
+
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.settings import at_least, between, setting
 from pyrmq.remoting.message import BORNHOST_V6_FLAG, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, STOREHOSTADDRESS_V6_FLAG
 
 from . import Sql92Expression, compile_sql92
@@ -130,9 +133,25 @@ def pyrmq_make_message_filter(kernel: Any, expression_type: str, expression: str
     return Sql92MessageFilter(compile_sql92(expression))
 
 
+@attrs.frozen
+class BloomFilterSettings:
+    """RocketMQ's bloom-filter path (consume-queue ext bitmaps): accepted for broker.conf compatibility, ignored with a
+    warning (docs/decisions.md)."""
+
+    enableCalcFilterBitMap: bool = setting(False, help="ignored (warned): pyrmq keeps no bitmaps")
+    enableConsumeQueueExt: bool = setting(False, help="ignored (warned): pyrmq keeps no consume-queue ext file")
+    expectConsumerNumUseFilter: int = setting(32, check=at_least(1), help="ignored")
+    maxErrorRateOfBloomFilter: int = setting(20, check=between(1, 100), help="ignored")
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": BloomFilterSettings}
+
+
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
-    settings = getattr(kernel.bundle, "broker", None) if "broker" in kernel.bundle.roles else None
+    settings = kernel.settings.find(BloomFilterSettings)
     if settings is None:
         return
     for key in ("enableCalcFilterBitMap", "enableConsumeQueueExt"):

@@ -41,6 +41,7 @@ def test_bad_bundle_file_exits_2_naming_file_and_key(tmp_path):
         [bundle]
         name = "broken"
         roles = ["broker"]
+        include = ["broker"]
         [broker]
         listenPort = 70000
     """))

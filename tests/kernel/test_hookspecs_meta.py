@@ -36,6 +36,8 @@ def test_every_hook_is_prefixed_and_listed():
         "pyrmq_register_processors", "pyrmq_register_store_dispatchers", "pyrmq_register_put_interceptors",
         "pyrmq_connection_opened", "pyrmq_connection_closed", "pyrmq_make_message_filter", "pyrmq_make_request_guard",
         "pyrmq_make_replicator", "pyrmq_register_allocate_strategies", "pyrmq_check_transaction",
+        "pyrmq_add_options", "pyrmq_apply_options", "pyrmq_run_instead", "pyrmq_register_settings",
+        "pyrmq_role_changed", "pyrmq_make_flush_policy", "pyrmq_register_schedulers", "pyrmq_register_metric_collectors",
     }
 
 
@@ -62,8 +64,8 @@ def test_every_hook_has_a_shipped_implementation():
 
 
 def test_an_unimplemented_hook_is_reported():
-    assert unimplemented([*hookspecs.ALL_HOOKS, "pyrmq_make_flush_policy"], shipped_implementations()) == [
-        "pyrmq_make_flush_policy"
+    assert unimplemented([*hookspecs.ALL_HOOKS, "pyrmq_make_compaction_policy"], shipped_implementations()) == [
+        "pyrmq_make_compaction_policy"
     ]
 
 

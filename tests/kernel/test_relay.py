@@ -62,9 +62,13 @@ def test_processor_tables_merge_and_the_user_plugin_wins_a_code():
         def pyrmq_register_processors(self, kernel):  # a plugin may leave out parameters it does not need
             return {10: user_send}
 
-    relay = relay_with(Builtin(), User())
-    assert relay.register_processors(kernel=None, role="broker") == {10: user_send, 11: builtin_pull}
-    assert relay.register_processors(kernel=None, role="namesrv") == {10: user_send, 105: builtin_pull}
+    builtin, user = Builtin(), User()
+    relay = relay_with(builtin, user)
+    table, owners = relay.register_processors(kernel=None, role="broker")
+    assert table == {10: user_send, 11: builtin_pull}
+    # who serves each code, as `pyrmq plugins --codes` prints it
+    assert owners == {10: relay.pm.get_name(user), 11: relay.pm.get_name(builtin)}
+    assert relay.register_processors(kernel=None, role="namesrv")[0] == {10: user_send, 105: builtin_pull}
 
 
 def test_store_dispatchers_are_ordered_by_order_then_name():

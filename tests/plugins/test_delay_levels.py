@@ -11,7 +11,7 @@ import time
 import pytest
 import trio
 
-from pyrmq.kernel.bundles import BrokerSettings, parse_delay_levels
+from pyrmq.plugins.broker.delay_levels import DelayLevelSettings, parse_delay_levels
 from pyrmq.plugins.broker.delay_levels import SCHEDULE_TOPIC, DelayLevelService
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -65,7 +65,7 @@ async def delay(nursery, tmp_path):
 
 
 def test_the_18_default_levels_parse():
-    assert BrokerSettings().delay_levels_ms == DEFAULT_MS
+    assert DelayLevelSettings().delay_levels_ms == DEFAULT_MS
     assert parse_delay_levels("1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h") == DEFAULT_MS
     assert parse_delay_levels("2d 1h") == (172_800_000, 3_600_000)
     with pytest.raises(ValueError, match="bad delay level token"):

@@ -13,7 +13,8 @@ import pytest
 import trio
 
 from pyrmq.client.dlq import list_dlq, resend_dlq
-from pyrmq.kernel.bundles import BrokerSettings
+from pyrmq.plugins.broker.delay_levels import DelayLevelSettings
+from pyrmq.plugins.broker.settings import BrokerSettings
 from pyrmq.kernel.types import PutChain
 from pyrmq.plugins.broker.groups import SubscriptionGroupManager
 from pyrmq.plugins.broker.topics import TopicConfigManager
@@ -46,14 +47,15 @@ class Broker:
     """The real pieces the send-back processor works with, over one store on the virtual clock."""
 
     def __init__(self, root, **overrides) -> None:
-        self.settings = BrokerSettings(messageDelayLevel=SHORT_LEVELS, **overrides)
+        self.settings = BrokerSettings(**overrides)
+        levels = DelayLevelSettings(messageDelayLevel=SHORT_LEVELS).delay_levels_ms
         config = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=1 << 20,
                              mapped_file_size_consume_queue=20 * 1024, warm_mapped_file_enable=False)
         self.store = MessageStore(config, clock=virtual_clock)
         self.store.load()
         self.topics = TopicConfigManager(self.settings)
         self.groups = SubscriptionGroupManager(self.settings)
-        self.delay = DelayLevelService(self.store, self.settings.delay_levels_ms, str(root / "config"))
+        self.delay = DelayLevelService(self.store, levels, str(root / "config"))
         chain = PutChain([DeadLetterInterceptor(self.topics, self.groups), self.delay])
         self.processor = SendBackProcessor(store=self.store, topics=self.topics, groups=self.groups,
                                            settings=self.settings, put_chain=chain)

@@ -26,11 +26,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+import attrs
 import trio
 
 from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.settings import setting
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 
@@ -254,26 +256,51 @@ class AclService:
 ACL = StateKey[AclService]("broker.acl")
 
 
-def _paths(kernel: Any) -> tuple[Path, Path]:
-    settings = kernel.plugin_settings(PLUGIN)
-    home = Path(os.path.expanduser(str(settings.get("home") or os.environ.get("ROCKETMQ_HOME") or "~")))
-    main = Path(os.path.expanduser(str(settings.get("file") or home / "conf" / "plain_acl.yml")))
-    directory = Path(os.path.expanduser(str(settings.get("dir") or home / "conf" / "acl")))
+@attrs.frozen
+class AclSettings:
+    """The broker.conf key that switches access control on (RocketMQ 4.9.8's name)."""
+
+    aclEnable: bool = setting(False, help="check every request against plain_acl.yml (docs/acl.md)")
+
+
+def _milliseconds(v: int) -> str | None:
+    return None if v >= 100 else "a number of milliseconds >= 100"
+
+
+@attrs.frozen
+class AclFileSettings:
+    """Where the rules are (``[plugins."pyrmq.plugins.broker.acl"]``)."""
+
+    home: str = setting("", help="RocketMQ home (default $ROCKETMQ_HOME, else ~): rules in <home>/conf")
+    file: str = setting("", help="the main rules file (default <home>/conf/plain_acl.yml)")
+    dir: str = setting("", help="more rule files, *.yml (default <home>/conf/acl)")
+    reloadIntervalMs: int = setting(5000, check=_milliseconds, help="how often changed files are read again")
+
+
+def _paths(files: AclFileSettings) -> tuple[Path, Path]:
+    home = Path(os.path.expanduser(files.home or os.environ.get("ROCKETMQ_HOME") or "~"))
+    main = Path(os.path.expanduser(files.file or str(home / "conf" / "plain_acl.yml")))
+    directory = Path(os.path.expanduser(files.dir or str(home / "conf" / "acl")))
     return main, directory
 
 
 @hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": AclSettings, f"plugins.{PLUGIN}": AclFileSettings}
+
+
+@hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
-    broker = kernel.bundle.broker
-    if broker is None or not broker.aclEnable:
+    from pyrmq.plugins.broker.core import BROKER
+
+    ctx = kernel.state.find(BROKER)
+    if ctx is None or not kernel.settings(AclSettings).aclEnable:
         return
-    main, directory = _paths(kernel)
-    interval = kernel.plugin_settings(PLUGIN).get("reloadIntervalMs", 5000)
-    if not isinstance(interval, int) or isinstance(interval, bool) or interval < 100:
-        raise ConfigError(f"expected a number of milliseconds >= 100, got {interval!r}", file=f"[plugins.\"{PLUGIN}\"]",
-                          key="reloadIntervalMs")
-    kernel.state.put(ACL, AclService(main, directory, broker_name=broker.brokerName, broker_addr=broker.broker_addr,
-                                     cluster=broker.brokerClusterName, reload_interval=interval / 1000))
+    files = kernel.settings(AclFileSettings)
+    main, directory = _paths(files)
+    broker = ctx.settings
+    kernel.state.put(ACL, AclService(main, directory, broker_name=broker.brokerName, broker_addr=ctx.registration.broker_addr,
+                                     cluster=broker.brokerClusterName, reload_interval=files.reloadIntervalMs / 1000))
 
 
 @hookimpl(trylast=True)

@@ -59,6 +59,7 @@ import trio
 
 from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.types import Role, RoleChange
 from pyrmq.plugins.broker.failover.etcd import (
     Compare,
     EtcdClient,
@@ -72,6 +73,8 @@ from pyrmq.plugins.broker.failover.etcd import (
 from pyrmq.plugins.broker.ha.autoswitch import EpochEntry, EpochHistory, MasterHandshake, history, truncation_point
 from pyrmq.plugins.broker.ha.master import HAMaster
 from pyrmq.plugins.broker.ha.plugin import NOTIFIER
+from pyrmq.plugins.broker.ha.settings import HASettings
+from pyrmq.plugins.builtin.remoting_server import BrokerListenSettings
 from pyrmq.plugins.broker.ha.slave import AutoSwitchFollower, HASlave, MetadataSync
 from pyrmq.plugins.broker.pull import PULL
 from pyrmq.store.results import PutMessageStatus
@@ -154,14 +157,19 @@ class EpochFile:
 class FailoverReplicator:
     """One replica of a failover group: elections and set changes in etcd, the HA master or slave it currently is."""
 
+    #: this replicator announces the broker's role (``pyrmq_role_changed``): elected, deposed
+    changes_roles = True
+
     def __init__(self, ctx: Any, cfg: FailoverSettings, notifier: Any) -> None:
         self.ctx = ctx
         self.cfg = cfg
         self.notifier = notifier
         s = ctx.settings
+        self.ha_settings = ctx.kernel.settings(HASettings)
+        self.listen = ctx.kernel.settings(BrokerListenSettings)
         self.me = cfg.replica_id
         self.prefix = f"/pyrmq/v1/{s.brokerClusterName}/{s.brokerName}/"
-        self.slave_timeout = s.slaveTimeout / 1000
+        self.slave_timeout = self.ha_settings.slaveTimeout / 1000
         self.epoch_file = EpochFile(os.path.join(str(s.store_root), "config", "failover.json"))
         self.last_epoch = self.epoch_file.load()
         self.role = SLAVE
@@ -204,7 +212,7 @@ class FailoverReplicator:
         ctx.store.read_bound = self.read_bound
         pull = ctx.kernel.state.find(PULL)
         self._hold = pull.hold if pull is not None else None
-        ctx.registration.broker_id = self.me
+        await ctx.kernel.hooks.role_changed(ctx.kernel, RoleChange(Role.SLAVE, broker_id=self.me))
         async with EtcdClient(self.cfg.endpoints, timeout=max(0.5, self.cfg.lease_ttl / 3)) as etcd, trio.open_nursery() as nursery:
             self.etcd = etcd
             self._nursery = nursery
@@ -227,12 +235,12 @@ class FailoverReplicator:
 
     async def _ha_listener(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         s = self.ctx.settings
-        port = s.listenPort + 1 if s.listenPort else 0
+        port = self.listen.listenPort + 1 if self.listen.listenPort else 0
         try:
-            listeners = await trio.open_tcp_listeners(port, host=s.listenHost)
+            listeners = await trio.open_tcp_listeners(port, host=self.listen.listenHost)
         except OSError as exc:
             log.warning("HA port %d not available (%s): listening on a free port instead", port, exc)
-            listeners = await trio.open_tcp_listeners(0, host=s.listenHost)
+            listeners = await trio.open_tcp_listeners(0, host=self.listen.listenHost)
         real = listeners[0].socket.getsockname()[1]
         self.ha_addr = f"{s.brokerIP2 or s.brokerIP1}:{real}"
         self.ctx.registration.ha_addr = self.ha_addr
@@ -358,7 +366,8 @@ class FailoverReplicator:
         # the history the handshake sends: every epoch up to ours, as etcd records them (ours included)
         entries = {e.epoch: e for e in _epoch_entries(result.responses[-3])}
         entries[epoch] = EpochEntry(epoch, start)
-        self.ha = HAMaster(store, self.ctx.settings, epochs=EpochHistory(entries.values()),
+        self.ha = HAMaster(store, self.ha_settings, file_size=self.ctx.settings.mappedFileSizeCommitLog,
+                           listen_host=self.listen.listenHost, epochs=EpochHistory(entries.values()),
                            confirm_source=self.read_bound)
         self.ha.on_confirm = self._confirm_advanced
         self.ha.set_members(())
@@ -367,10 +376,7 @@ class FailoverReplicator:
         self.role = MASTER
         self.elections_won += 1
         store.set_read_only(None)
-        registration = self.ctx.registration
-        registration.broker_id = 0
-        registration.state_version = epoch
-        registration.trigger()
+        await self.ctx.kernel.hooks.role_changed(self.ctx.kernel, RoleChange(Role.MASTER, broker_id=0, epoch=epoch))
         log.warning("replica %d of %s elected master of epoch %d at offset %d", self.me,
                     self.ctx.settings.brokerName, epoch, start)
 
@@ -421,10 +427,7 @@ class FailoverReplicator:
             scope.cancel()
         if ha is not None:
             ha.set_members(None)  # every waiting send fails now
-        registration = self.ctx.registration
-        registration.broker_id = self.me
-        registration.state_version = None
-        registration.trigger()
+        await self.ctx.kernel.hooks.role_changed(self.ctx.kernel, RoleChange(Role.SLAVE, broker_id=self.me))
         log.warning("replica %d of %s deposed: %s", self.me, self.ctx.settings.brokerName, why)
 
     # -- following -------------------------------------------------------------------------------------------
@@ -458,9 +461,8 @@ class FailoverReplicator:
             # else: etcd holds no later epoch's start (its keys were removed): the master's handshake decides
         self.epoch = epoch
         self.following = record
-        s = self.ctx.settings
         follower = AutoSwitchFollower(self.me, self._handshake_check(epoch, prior, etcd_point), self._confirmed)
-        self.slave_session = HASlave(self.ctx.store, s, lambda: record["haAddr"], follower=follower)
+        self.slave_session = HASlave(self.ctx.store, self.ha_settings, lambda: record["haAddr"], follower=follower)
         sync = MetadataSync(self.ctx, lambda: record["addr"], interval=self.cfg.sync_interval, first=self.cfg.sync_first)
         scope = self._follow_scope = trio.CancelScope()
         self._followed = trio.Event()

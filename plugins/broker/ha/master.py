@@ -27,6 +27,7 @@ from typing import Any
 import attrs
 import trio
 
+from pyrmq.plugins.broker.ha.settings import HASettings
 from pyrmq.plugins.broker.ha import autoswitch
 from pyrmq.plugins.broker.ha.autoswitch import EpochHistory, SlaveAck, SlaveFrameReader
 from pyrmq.remoting.errors import ProtocolError
@@ -90,14 +91,15 @@ class AppendNotifier:
 class HAMaster:
     """HA listener and transfers of a master broker; ``wait_replicated`` is what SYNC_MASTER sends await."""
 
-    def __init__(self, store: Any, settings: Any, *, epochs: EpochHistory | None = None,
-                 confirm_source: Callable[[], int] | None = None) -> None:
+    def __init__(self, store: Any, settings: HASettings, *, file_size: int, listen_host: str,
+                 epochs: EpochHistory | None = None, confirm_source: Callable[[], int] | None = None) -> None:
         self.store = store
         #: a failover master's epoch entries and its confirm offset as followers may read it (AutoSwitch wire)
         self.epochs = epochs
         self.confirm_source = confirm_source
         self.settings = settings
-        self.file_size = settings.mappedFileSizeCommitLog
+        self.listen_host = listen_host
+        self.file_size = file_size
         self.batch = settings.haTransferBatchSize
         self.heartbeat = settings.haSendHeartbeatInterval / 1000
         self.silence = settings.haHousekeepingInterval / 1000
@@ -199,9 +201,9 @@ class HAMaster:
 
     async def run(self, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen on ``port`` (0: any free port) and serve slaves; ``task_status`` gets the real port."""
-        listeners = await trio.open_tcp_listeners(port, host=self.settings.listenHost)
+        listeners = await trio.open_tcp_listeners(port, host=self.listen_host)
         self.port = listeners[0].socket.getsockname()[1]
-        log.info("HA service listening on %s:%d", self.settings.listenHost, self.port)
+        log.info("HA service listening on %s:%d", self.listen_host, self.port)
         task_status.started(self.port)
         await trio.serve_listeners(self.serve_slave, listeners)
 

@@ -16,6 +16,8 @@ from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.plugins.broker.core import BROKER
 from pyrmq.plugins.broker.ha.master import AppendNotifier, HAMaster
+from pyrmq.plugins.broker.ha.settings import HASettings
+from pyrmq.plugins.builtin.remoting_server import BrokerListenSettings
 from pyrmq.plugins.broker.ha.slave import HASlave, MetadataSync
 from pyrmq.store.results import PutMessageStatus
 
@@ -32,14 +34,16 @@ class MasterReplicator:
 
     def __init__(self, ctx: Any, notifier: AppendNotifier | None) -> None:
         self.ctx = ctx
-        self.ha = HAMaster(ctx.store, ctx.settings)
+        self.listen = ctx.kernel.settings(BrokerListenSettings)
+        self.ha = HAMaster(ctx.store, ctx.kernel.settings(HASettings), file_size=ctx.settings.mappedFileSizeCommitLog,
+                           listen_host=self.listen.listenHost)
         if notifier is not None:
             notifier.master = self.ha
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         s = self.ctx.settings
         # RocketMQ: haListenPort = listenPort + 1; a broker on an ephemeral port (tests) takes any free HA port
-        port = s.listenPort + 1 if s.listenPort else 0
+        port = self.listen.listenPort + 1 if self.listen.listenPort else 0
         async with trio.open_nursery() as nursery:
             try:
                 real = await nursery.start(self.ha.run, port)
@@ -73,9 +77,9 @@ class SlaveReplicator:
 
     def __init__(self, ctx: Any, sync_interval: float, sync_first: float) -> None:
         self.ctx = ctx
-        s = ctx.settings
+        ha = ctx.kernel.settings(HASettings)
         registration = ctx.registration
-        self.ha = HASlave(ctx.store, s, lambda: s.haMasterAddress or registration.master_ha_addr)
+        self.ha = HASlave(ctx.store, ha, lambda: ha.haMasterAddress or registration.master_ha_addr)
         self.sync = MetadataSync(ctx, lambda: registration.master_addr, interval=sync_interval, first=sync_first)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -92,6 +96,11 @@ class SlaveReplicator:
         return {"haMasterAddress": self.ha.connected_to or "-",
                 "haBehindBytes": str(max(0, self.ha.master_offset - own)),
                 "haMetadataSyncRounds": str(self.sync.rounds)}
+
+
+@hookimpl(trylast=True)
+def pyrmq_register_settings() -> dict[str, type]:
+    return {"broker": HASettings}
 
 
 @hookimpl(trylast=True)
