@@ -311,6 +311,14 @@ async def pyrmq_role_changed(kernel: Any, change: RoleChange) -> None:
 
 
 @hookimpl(trylast=True)
+def pyrmq_register_metric_collectors(kernel: Any, role: str) -> list[Any] | None:
+    from pyrmq.plugins.broker.metrics import BrokerCollector  # prometheus_client only when the exporter is on
+
+    ctx = kernel.state.find(BROKER)
+    return [BrokerCollector(ctx)] if ctx is not None and role == ROLE else None
+
+
+@hookimpl(trylast=True)
 def pyrmq_connection_closed(kernel: Any, role: str, connection: Any) -> None:
     ctx = kernel.state.find(BROKER)
     if ctx is not None and role == ROLE:

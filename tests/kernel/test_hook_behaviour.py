@@ -16,7 +16,9 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
-from pyrmq.kernel.types import ORDER_REFUSE, ORDER_REROUTE, PutContext, PutKind, Rejection
+from pyrmq.kernel.settings import at_least, setting
+from pyrmq.kernel.types import ORDER_REFUSE, ORDER_REROUTE, PutContext, PutKind, Rejection, Role, RoleChange
+from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store.format import (
@@ -320,3 +322,334 @@ async def test_a_filter_plugin_answers_its_own_expression_type(start_role, remot
     assert [m.body for m in await pulled(remoting_client, addr, "TF", sub="TagA")] == [b"TagA", b"TagA"]
     unknown = await remoting_client.invoke(addr, pull_request("TF", sub="//a", expression_type="XPATH"))
     assert unknown.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED and "XPATH" in unknown.remark
+
+
+# -- settings ----------------------------------------------------------------------------------------------------
+
+QUOTA = 9101
+
+
+@attrs.frozen
+class QuotaSettings:
+    """A third-party feature's broker.conf key."""
+
+    auditQuotaPerSecond: int = setting(100, check=at_least(1), help="audited messages a second")
+
+
+class QuotaPlugin:
+    def __init__(self) -> None:
+        self.settings: QuotaSettings | None = None
+
+    @hookimpl
+    def pyrmq_register_settings(self):
+        return {"broker": QuotaSettings}
+
+    @hookimpl
+    def pyrmq_configure(self, kernel):
+        self.settings = kernel.settings(QuotaSettings)
+
+    @hookimpl
+    def pyrmq_register_processors(self, kernel, role):
+        async def quota(connection, request):
+            return request.make_response(0, f"quota {self.settings.auditQuotaPerSecond}")
+
+        return {QUOTA: quota} if role == "broker" else None
+
+
+class SqueezeBrokerName:
+    """A plugin that claims a key the broker core declares already."""
+
+    @attrs.frozen
+    class Clash:
+        brokerName: str = setting("mine")
+
+    @hookimpl
+    def pyrmq_register_settings(self):
+        return {"broker": self.Clash}
+
+
+@pytest.mark.hook("pyrmq_register_settings")
+async def test_a_plugin_declares_its_broker_conf_keys(start_role, remoting_client, tmp_path):
+    from pyrmq.kernel.bundles import load_bundle
+    from pyrmq.kernel.errors import ConfigError, PluginError
+    from pyrmq.kernel.service import build_kernel
+
+    plugin = QuotaPlugin()
+    kernel = await start_role("broker", {"broker.auditQuotaPerSecond": "250"}, extra_plugins=[plugin])
+    addr = kernel.listening["broker"]
+    # parsed to the declared type, read by the plugin, served by the broker
+    assert (await remoting_client.invoke(addr, RemotingCommand.request(QUOTA, {}))).remark == "quota 250"
+    config = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {}))
+    assert "auditQuotaPerSecond=250\n" in config.body_bytes().decode()
+    # a bad value stops the start, naming where it came from, the key and the expectation
+    bundle = load_bundle("broker")
+    with pytest.raises(ConfigError, match=r"command line: key 'auditQuotaPerSecond': expected an integer >= 1, got '0'"):
+        build_kernel(bundle.with_overrides({"broker.auditQuotaPerSecond": "0"}), extra_plugins=[QuotaPlugin()],
+                     entry_points=False)
+    # without the plugin nobody reads the key: unknown, with the closest known key
+    with pytest.raises(ConfigError, match="unknown setting in \\[broker\\]"):
+        build_kernel(bundle.with_overrides({"broker.auditQuotaPerSecond": "5"}), entry_points=False)
+    # a key two plugins declare is refused at start, naming both
+    with pytest.raises(PluginError, match="'brokerName' of \\[broker\\] is declared twice"):
+        build_kernel(bundle, extra_plugins=[SqueezeBrokerName()], entry_points=False)
+
+
+# -- metric collectors -------------------------------------------------------------------------------------------
+
+
+class Backlog:
+    """A collector computed when scraped."""
+
+    def __init__(self) -> None:
+        self.waiting = 3
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        gauge = GaugeMetricFamily("audit_backlog_messages", "Messages waiting for the audit.", labels=["node_type"])
+        gauge.add_metric(["broker"], self.waiting)
+        yield gauge
+
+
+class BacklogPlugin:
+    def __init__(self) -> None:
+        self.backlog = Backlog()
+        self.roles: list[str] = []
+
+    @hookimpl
+    def pyrmq_register_metric_collectors(self, kernel, role):
+        self.roles.append(role)
+        return [self.backlog] if role == "broker" else None
+
+
+async def scrape(port: int) -> str:
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        data = b""
+        with trio.fail_after(10):
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+    return data.decode()
+
+
+@pytest.mark.hook("pyrmq_register_metric_collectors")
+async def test_a_plugin_adds_series_to_metrics(start_role):
+    from pyrmq.plugins.builtin.metrics import ENDPOINTS
+
+    plugin = BacklogPlugin()
+    kernel = await start_role("dev", {"broker.metricsExporterType": "PROM", "broker.metricsPromExporterPort": 0},
+                              extra_plugins=[plugin])
+    assert plugin.roles == ["broker"]  # asked for the roles whose exporter is on
+    port = kernel.state.get(ENDPOINTS)["broker"].port
+    page = await scrape(port)
+    assert 'audit_backlog_messages{node_type="broker"} 3.0' in page
+    assert "rocketmq_messages_in" in page or "rocketmq_topic_number" in page  # the core's collector beside it
+    plugin.backlog.waiting = 7  # read at scrape time, not at start
+    assert 'audit_backlog_messages{node_type="broker"} 7.0' in await scrape(port)
+
+
+# -- role changes ------------------------------------------------------------------------------------------------
+
+
+class RoleWatch:
+    def __init__(self) -> None:
+        self.changes: list[RoleChange] = []
+
+    @hookimpl
+    async def pyrmq_role_changed(self, kernel, change):
+        self.changes.append(change)
+
+
+@pytest.mark.hook("pyrmq_role_changed")
+async def test_role_changes_reach_every_plugin_and_the_registration(start_role, remoting_client, until):
+    from pyrmq.plugins.broker.core import BROKER
+
+    master_watch, slave_watch = RoleWatch(), RoleWatch()
+    kernel = await start_role("dev", extra_plugins=[master_watch])
+    assert master_watch.changes == [RoleChange(Role.MASTER, broker_id=0)]  # brokerRole ASYNC_MASTER, at start
+    slave = await start_role("broker", {"broker.brokerRole": "SLAVE", "broker.brokerId": 2, "broker.brokerName": "b-s"},
+                             extra_plugins=[slave_watch])
+    assert slave_watch.changes == [RoleChange(Role.SLAVE, broker_id=2)]
+    assert slave.state.get(BROKER).role.role is Role.SLAVE
+
+    # a replicator that changes roles (automatic failover) announces them the same way: the name server learns the
+    # new broker id through the core's own implementation
+    namesrv = kernel.listening["namesrv"]
+
+    async def broker_ids():
+        info = await remoting_client.invoke(namesrv, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {}))
+        table = fastjson.loads(info.body_bytes())["brokerAddrTable"]
+        addrs = table.get("broker-a", {}).get("brokerAddrs")
+        return None if addrs is None else {str(k) for k in addrs}
+
+    await until(broker_ids, "broker-a registered")
+    await kernel.hooks.role_changed(kernel, RoleChange(Role.SLAVE, broker_id=3, epoch=None))
+    assert master_watch.changes[-1] == RoleChange(Role.SLAVE, broker_id=3)
+    assert kernel.state.get(BROKER).role.broker_id == 3
+    assert await until(lambda: _ids_are(broker_ids, {"3"}), "broker-a registered as broker id 3", timeout=30)
+
+
+async def _ids_are(fetch, wanted):
+    ids = await fetch()
+    return ids if ids == wanted else None
+
+
+# -- flush policy ------------------------------------------------------------------------------------------------
+
+
+class CountingFlush:
+    """A flush policy of one's own: RocketMQ's group commit, counting what it was asked."""
+
+    def __init__(self) -> None:
+        from pyrmq.store.flush import GroupCommitService
+
+        self.inner = GroupCommitService()
+        self.waits: list[int] = []
+
+    async def run(self, target, *, task_status=trio.TASK_STATUS_IGNORED):
+        await self.inner.run(target, task_status=task_status)
+
+    async def wait_flushed(self, target, offset, timeout):
+        self.waits.append(offset)
+        return await self.inner.wait_flushed(target, offset, timeout)
+
+
+class FlushPlugin:
+    def __init__(self) -> None:
+        self.policy = CountingFlush()
+
+    @hookimpl
+    def pyrmq_make_flush_policy(self, kernel, config):
+        return self.policy
+
+
+@pytest.mark.hook("pyrmq_make_flush_policy")
+async def test_a_plugin_chooses_how_the_commit_log_reaches_the_disk(start_role, remoting_client):
+    from pyrmq.plugins.broker.core import BROKER
+
+    plugin = FlushPlugin()
+    kernel = await start_role("broker", {"broker.flushDiskType": "SYNC_FLUSH"}, extra_plugins=[plugin])
+    store = kernel.state.get(BROKER).store
+    assert store.flush_policy is plugin.policy  # answered first, the shipped one (trylast) not asked
+    answer = await remoting_client.invoke(kernel.listening["broker"], send_request("TFlush", b"durable"))
+    assert answer.code == ResponseCode.SUCCESS
+    # the SYNC_FLUSH send was answered once this policy had its bytes on disk
+    assert plugin.policy.waits == [store.max_phy_offset]
+    assert store.commit_log.queue.flushed_offset >= store.max_phy_offset
+
+
+# -- delay schedulers --------------------------------------------------------------------------------------------
+
+
+class HoldScheduler:
+    """Parks messages carrying HOLD under HOLD_PARKED (released by an operator, say); claims them before the delay
+    levels do (order 290 < 300)."""
+
+    name = "hold"
+    order = 290
+    trigger_properties = frozenset({"HOLD"})
+
+    def intercept(self, record, context):
+        if "HOLD" not in record.properties or context.scheduled_by is not None:
+            return record
+        context.scheduled_by = self.name
+        properties = dict(record.properties, REAL_TOPIC=record.topic, REAL_QID=str(record.queue_id))
+        return attrs.evolve(record, topic="HOLD_PARKED", queue_id=0, properties=properties, properties_bytes=None)
+
+    def summary(self):
+        return "HOLD: until released, under HOLD_PARKED"
+
+
+class HoldPlugin:
+    @hookimpl
+    def pyrmq_configure(self, kernel):
+        from pyrmq.plugins.broker.core import BROKER
+
+        kernel.state.get(BROKER).topics.create_system_topic("HOLD_PARKED", 1, 6)
+
+    @hookimpl
+    def pyrmq_register_schedulers(self, kernel):
+        return [HoldScheduler()]
+
+
+@pytest.mark.hook("pyrmq_register_schedulers")
+async def test_a_scheduler_parks_what_it_claims_in_the_kernels_order(start_role, remoting_client):
+    kernel = await start_role("broker", extra_plugins=[HoldPlugin()])
+    addr = kernel.listening["broker"]
+    assert [s.name for s in kernel.schedulers] == ["hold", "delay-levels", "timer"]
+    assert [i.name for i in kernel.put_chain.interceptors][-3:] == ["hold", "delay-levels", "timer"]
+    # HOLD and DELAY both: the first scheduler in order claims it, the delay levels leave it alone
+    both = send_request("TH", b"both", {"HOLD": "1", "DELAY": "1"})
+    assert (await remoting_client.invoke(addr, both)).code == ResponseCode.SUCCESS
+    [held] = await pulled(remoting_client, addr, "HOLD_PARKED")
+    assert held.body == b"both" and held.properties["REAL_TOPIC"] == "TH"
+    assert await pulled(remoting_client, addr, "SCHEDULE_TOPIC_XXXX") == []
+    # DELAY alone still goes to the delay levels
+    delayed = send_request("TH", b"delayed", {"DELAY": "3"})
+    assert (await remoting_client.invoke(addr, delayed)).code == ResponseCode.SUCCESS
+    assert [m.body for m in await pulled(remoting_client, addr, "SCHEDULE_TOPIC_XXXX", queue_id=2)] == [b"delayed"]
+    assert await pulled(remoting_client, addr, "TH") == []
+
+
+# -- command-line options ----------------------------------------------------------------------------------------
+
+
+class GreetingOptions:
+    """A plugin's options of `pyrmq dev`: --greeting sets its table's value, --greeting-check runs instead."""
+
+    @attrs.frozen
+    class Greeting:
+        text: str = setting("hello")
+
+    @hookimpl
+    def pyrmq_register_settings(self):
+        return {"plugins.greeting": self.Greeting}
+
+    @hookimpl
+    def pyrmq_add_options(self, command, parser):
+        if command == "dev":
+            parser.add_argument("--greeting", help="what 9102 answers")
+            parser.add_argument("--greeting-check", action="store_true", help="print the greeting and exit")
+
+    @hookimpl
+    def pyrmq_apply_options(self, command, args, bundle):
+        if command == "dev" and args.greeting:
+            return bundle.with_plugin_settings("greeting", {"text": args.greeting})
+        return None
+
+    @hookimpl
+    def pyrmq_run_instead(self, command, args):
+        if command == "dev" and args.greeting_check:
+            print(f"greeting: {args.greeting or 'hello'}")
+            return 3
+        return None
+
+    @hookimpl
+    def pyrmq_register_processors(self, kernel, role):
+        async def greet(connection, request):
+            return request.make_response(0, kernel.settings(self.Greeting).text)
+
+        return {9102: greet} if role == "broker" else None
+
+
+@pytest.mark.hook("pyrmq_add_options", "pyrmq_apply_options", "pyrmq_run_instead")
+async def test_a_plugin_adds_options_to_pyrmq_dev(monkeypatch, capsys, start_role, remoting_client):
+    from pyrmq.kernel import cli
+    from pyrmq.kernel.bundles import load_bundle
+    from pyrmq.kernel.hooks import HookRelay
+    from pyrmq.kernel.manager import load_plugins
+
+    plugin = GreetingOptions()
+    relay = HookRelay(load_plugins(load_bundle("cli"), extra=[plugin], entry_points_enabled=False))
+    monkeypatch.setattr(cli, "_CLI_HOOKS", relay)
+    # run instead of the roles: the plugin's exit status, nothing started
+    assert cli.main(["dev", "--greeting", "hej", "--greeting-check"]) == 3
+    assert capsys.readouterr().out == "greeting: hej\n"
+    # applied to the bundle before the roles start: the value reaches the plugin's settings
+    args = cli.build_parser().parse_args(["dev", "--greeting", "hej", "--no-dashboard"])
+    bundle = relay.apply_options("dev", args, load_bundle("dev").with_plugin_settings("pyrmq.plugins.dashboard.plugin", {}))
+    assert bundle.plugin_settings["greeting"] == {"text": "hej"}
+    # the shipped plugins' own options of dev are there too (the dashboard's, failover's)
+    help_text = cli.build_parser()._subparsers._group_actions[0].choices["dev"].format_help()
+    assert "--dashboard-port" in help_text and "--no-dashboard" in help_text and "--ha" in help_text

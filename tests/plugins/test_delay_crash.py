@@ -1,7 +1,7 @@
 """A broker killed with SIGKILL and restarted with pending delayed and timer messages delivers each exactly once.
 
 A real `pyrmq dev` subprocess on free ports, real time, short custom levels; delayOffset.json and the timer
-snapshot are never written before the kill (flush interval of 10 minutes), so only the per-delivery progress
+snapshot are never written before the kill (flush intervals of 10 minutes), so only the per-delivery progress
 (delayOffset.progress, the wheel's done log) stands between the restart and duplicates.
 """
 
@@ -23,7 +23,8 @@ from pyrmq.store.format import decode_messages, encode_properties
 def start_broker(store_dir, namesrv_port, port, log_path):
     cmd = [sys.executable, "-m", "pyrmq", "--no-entry-points", "--log-level", "INFO", "dev", "--dashboard-port", "0", "--store-dir", str(store_dir),
            "--namesrv-port", str(namesrv_port), "--port", str(port),
-           "--set", "broker.messageDelayLevel=1s 6s", "--set", "broker.flushDelayOffsetInterval=600000"]
+           "--set", "broker.messageDelayLevel=1s 6s", "--set", "broker.flushDelayOffsetInterval=600000",
+           "--set", "broker.timerFlushIntervalMs=600000"]
     log = open(log_path, "ab")
     return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONUNBUFFERED="1"))
 

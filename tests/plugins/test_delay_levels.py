@@ -188,13 +188,13 @@ def _pull(topic, queue_id=0, offset=0):
 async def test_delayed_send_over_the_wire(start_role, remoting_client):
     kernel = await start_role("dev", {"broker.messageDelayLevel": "1s 2s"})
     addr = kernel.listening["broker"]
-    # both schedulers were collected once through pyrmq_register_put_interceptors
+    # both schedulers were collected once through pyrmq_register_schedulers, into the put chain
     from pyrmq.plugins.broker.timer import TimerService
 
     schedulers = [i for i in kernel.put_chain.interceptors if isinstance(i, (DelayLevelService, TimerService))]
     assert sorted(type(s).__name__ for s in schedulers) == ["DelayLevelService", "TimerService"]
     assert next(s for s in schedulers if isinstance(s, DelayLevelService)).levels_ms == (1000, 2000)
-    assert any(isinstance(s, TimerService) for s in kernel.hooks.register_put_interceptors(kernel))
+    assert any(isinstance(s, TimerService) for s in kernel.hooks.register_schedulers(kernel))
     bad = await remoting_client.invoke(addr, _send("TD", b"x", {"DELAY": "later"}))
     assert bad.code == ResponseCode.MESSAGE_ILLEGAL and "DELAY must be an integer delay level 1..2" in bad.remark
     ok = await remoting_client.invoke(addr, _send("TD", b"delayed", {"DELAY": "1", "KEYS": "k"}))

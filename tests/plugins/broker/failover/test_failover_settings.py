@@ -6,12 +6,14 @@ import pytest
 
 from pyrmq.kernel.bundles import load_bundle
 from pyrmq.kernel.errors import ConfigError
+from pyrmq.kernel.service import bundle_settings
 from pyrmq.plugins.broker.failover.plugin import PLUGIN, FailoverSettings
+from pyrmq.plugins.broker.settings import BrokerSettings
 
 
 def settings(**broker):
     bundle = load_bundle("failover")
-    return bundle.with_overrides(broker).broker, dict(bundle.plugin_settings[PLUGIN])
+    return bundle_settings(bundle.with_overrides(broker))(BrokerSettings), dict(bundle.plugin_settings[PLUGIN])
 
 
 def test_packaged_bundle_defaults():
