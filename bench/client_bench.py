@@ -5,7 +5,7 @@
 The benchmark starts `pyrmq dev` as a subprocess (free ports, a temporary store) and runs, per body size:
 
 * sync send: one producer, one message in flight (``await producer.send``), unpinned and with both processes on
-  one vCPU (PERFORMANCE.md: this VM wakes an idle vCPU slowly, so any one-in-flight loop is latency bound);
+  one vCPU (docs/performance.md, The machine: this VM wakes an idle vCPU slowly, so any one-in-flight loop is latency bound);
 * async send: 64 in flight (``producer.send_async`` with a callback, a window of 64);
 * batch send: 64 messages per ``send_batch``, one batch in flight and 4 in flight;
 * consume: a push consumer (async listener) draining a pre-filled 8-queue topic.

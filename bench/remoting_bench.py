@@ -6,7 +6,7 @@ Server and client run in separate processes (the server is a subprocess, so they
 Measured, 1 KiB request bodies, one TCP connection on 127.0.0.1:
 
 * sequential: one request in flight, round trips per second; unpinned and with both processes on one vCPU
-  (``taskset -c 0``), because this VM wakes an idle vCPU slowly (PERFORMANCE.md);
+  (``taskset -c 0``), because this VM wakes an idle vCPU slowly (docs/performance.md, The machine);
 * pipelined: 64 requests in flight, requests per second: 64 tasks each awaiting ``invoke`` (the plain API), and
   one task keeping a window of 64 with ``Connection.invoke_callback`` (Java's invokeAsync style).
 

@@ -14,7 +14,7 @@ in the same run:
                      the same shape of job: the baseline the exports are compared with).
 
 Prints a table of messages/s and MB/s (bodies) and the ratios. Figures depend on the machine (see
-shared/PERFORMANCE.md); nothing here asserts.
+docs/performance.md); nothing here asserts.
 """
 
 from __future__ import annotations

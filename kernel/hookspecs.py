@@ -6,7 +6,7 @@ Colour. A spec written ``async def`` is an *async hook*: its implementations mus
 kernel's relay (:mod:`pyrmq.kernel.hooks`) awaits them one by one in pluggy's order. ``firstresult=True`` and hook
 wrappers are never used on async specs (pluggy would stop at an unawaited coroutine).
 
-Verbs (STYLE.md): ``pyrmq_register_*`` collects lists or tables from every plugin; ``pyrmq_make_*`` / ``pyrmq_get_*``
+Verbs: ``pyrmq_register_*`` collects lists or tables from every plugin; ``pyrmq_make_*`` / ``pyrmq_get_*``
 means the first non-None answer wins, so a user plugin answers before the built-in one (built-ins are ``trylast``).
 
 Order. A hook's call order never decides what a role is made of: the broker core builds its context in a

@@ -66,7 +66,7 @@ log = logging.getLogger("pyrmq.remoting")
 
 Processor = Callable[["Connection", RemotingCommand], Awaitable[Optional[RemotingCommand]]]
 
-RECV_SIZE = 256 * 1024  # read big chunks: a receive per frame costs ~10x in trio (PERFORMANCE.md)
+RECV_SIZE = 256 * 1024  # read big chunks: a receive per frame costs ~10x in trio (docs/performance.md, The machine)
 HIGH_WATER = 4 * 1024 * 1024  # queued output beyond which senders wait for the writer to drain
 FLUSH_EVERY = 8  # responses queued within one received chunk before we send them (overlap with the peer)
 FLUSH_BYTES = 256 * 1024

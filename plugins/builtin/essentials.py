@@ -1,6 +1,6 @@
 """Essential plugin, loaded by every role: logs the role's life cycle and its connections.
 
-Built-in behaviour is ``trylast`` so a user plugin answers first (STYLE.md).
+Built-in behaviour is ``trylast`` so a user plugin answers first.
 """
 
 from __future__ import annotations

@@ -201,12 +201,14 @@ class Dashboard:
         rows = await self.backend.brokers()
         body = table(
             ["cluster", "broker", "role", "address", "version", "messages put today", "messages got today",
-             "commit log bytes", "disk used", "up since", "error"],
+             "commit log bytes", "replication lag", "disk used", "up since", "error"],
             [(r.cluster, r.name, r.role, r.addr, r.version, r.put_total, r.get_total, r.commit_log_max,
+              "-" if r.ha_behind_bytes is None else f"{r.ha_behind_bytes} B",
               f"{r.disk_ratio * 100:.1f} %" if r.disk_ratio >= 0 else "-", fmt_ms(r.boot_ms), r.error) for r in rows],
             num=(5, 6, 7), cls="brokers",
         )
-        body += "<p>Replication lag: every broker listed is a master (pyrmq has no slaves yet), so there is none to show.</p>"
+        body += ("<p>Replication lag: on a master, the bytes its slowest slave still lacks; on a slave, the bytes it is "
+                 "behind its master (GET_BROKER_RUNTIME_INFO's haBehindBytes).</p>")
         body += f"<h2>Messages per second, last hour (sampled every {self.backend.interval:g} s)</h2>"
         body += chart(list(self.backend.samples))
         return self.page(request, "cluster", "Cluster", body)

@@ -63,6 +63,9 @@ class BrokerRow:
     commit_log_max: int = 0
     disk_ratio: float = -1.0
     boot_ms: int = 0
+    #: replication lag in bytes (GET_BROKER_RUNTIME_INFO's haBehindBytes): a master's slowest slave, how far a slave is
+    #: behind its master; None for a broker without replication
+    ha_behind_bytes: int | None = None
     error: str = ""
 
     @property
@@ -155,6 +158,8 @@ class Backend:
                 row.commit_log_max = int(table.get("commitLogMaxOffset", 0))
                 row.disk_ratio = float(table.get("commitLogDiskRatio", -1))
                 row.boot_ms = int(table.get("bootTimestamp", 0))
+                if "haBehindBytes" in table:
+                    row.ha_behind_bytes = int(table["haBehindBytes"])
             except (*FAILURES, Unsupported) as exc:
                 row.error = str(exc)
             rows.append(row)

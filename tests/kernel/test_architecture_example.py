@@ -1,4 +1,5 @@
-"""The worked example of docs/architecture.md runs as written: its put interceptor refuses over TCP."""
+"""The worked example of docs/architecture.md runs as written: one feature file adds a put interceptor, a request
+code, a setting and a metric, and each is seen from outside (TCP, GET_BROKER_CONFIG, /metrics)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,26 @@ def send(topic, body, props, code=RequestCode.SEND_MESSAGE):
     return RemotingCommand.request(code, fields, body)
 
 
+async def scrape(port: int) -> str:
+    import trio
+
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    async with stream:
+        await stream.send_all(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        data = b""
+        with trio.fail_after(10):
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+    return data.decode()
+
+
 @pytest.mark.hook("pyrmq_register_put_interceptors", "pyrmq_configure")
 async def test_the_documented_interceptor_refuses_audit_messages_without_keys(start_role, remoting_client):
+    from pyrmq.plugins.builtin.metrics import ENDPOINTS
+
     plugin = example_plugin()
-    kernel = await start_role("dev", extra_plugins=[plugin])
+    kernel = await start_role("dev", {"broker.metricsExporterType": "PROM", "broker.metricsPromExporterPort": 0},
+                              extra_plugins=[plugin])
     addr = kernel.listening["broker"]
     assert "require-keys" in [i.name for i in kernel.put_chain.interceptors]
     refused = await remoting_client.invoke(addr, send("AuditLog", b"who did it", {}))
@@ -50,3 +67,18 @@ async def test_the_documented_interceptor_refuses_audit_messages_without_keys(st
     assert (await remoting_client.invoke(addr, send("AuditLog", batch, {}, RequestCode.SEND_BATCH_MESSAGE))).code == ResponseCode.MESSAGE_ILLEGAL
     assert (await remoting_client.invoke(addr, send("AuditLog", b"x", {"KEYS": "order-1"}))).code == ResponseCode.SUCCESS
     assert (await remoting_client.invoke(addr, send("Orders", b"x", {}))).code == ResponseCode.SUCCESS
+    # the request code, the setting and the metric of the same file
+    stats = await remoting_client.invoke(addr, RemotingCommand.request(plugin.AUDIT_STATS, {}))
+    assert (stats.code, stats.remark) == (ResponseCode.SUCCESS, "refused 2")
+    config = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {}))
+    assert "auditTopicPrefix=Audit\n" in config.body_bytes().decode()
+    page = await scrape(kernel.state.get(ENDPOINTS)["broker"].port)
+    assert "audit_refused_messages_total 2.0" in page
+
+
+async def test_the_documented_setting_moves_the_prefix(start_role, remoting_client):
+    plugin = example_plugin()
+    kernel = await start_role("broker", {"broker.auditTopicPrefix": "Ledger"}, extra_plugins=[plugin])
+    addr = kernel.listening["broker"]
+    assert (await remoting_client.invoke(addr, send("LedgerX", b"x", {}))).code == ResponseCode.MESSAGE_ILLEGAL
+    assert (await remoting_client.invoke(addr, send("AuditLog", b"x", {}))).code == ResponseCode.SUCCESS

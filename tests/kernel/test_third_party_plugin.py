@@ -51,3 +51,12 @@ def test_a_bundle_can_refuse_or_block_the_plugin(hello_entry_point):
 
     assert load_plugins(attrs.evolve(bundle, block=("hello",))).get_plugin("hello") is None
     assert load_plugins(attrs.evolve(bundle, entry_points=False)).get_plugin("hello") is None
+
+
+def test_the_readme_shows_the_example_as_it_is():
+    """README's "Writing a plugin" is tests/plugin_example/pyrmq_hello.py, the package these tests install."""
+    import re
+
+    readme = (EXAMPLE.parents[1] / "README.md").read_text(encoding="utf-8")
+    shown = [c for c in re.findall(r"```python\n(.*?)```", readme, re.S) if "pyrmq-hello" in c]
+    assert shown == [(EXAMPLE / "pyrmq_hello.py").read_text(encoding="utf-8")]
