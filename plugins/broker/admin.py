@@ -21,8 +21,8 @@ import trio
 from pyrmq.kernel.bundles import format_java_properties, parse_java_properties
 from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
-from pyrmq.plugins.broker.core import BROKER, BrokerContext
+from pyrmq.kernel.types import Processor
+from pyrmq.plugins.broker.core import ROLE, BrokerContext, register_feature
 from pyrmq.plugins.broker.groups import SubscriptionGroupConfig
 from pyrmq.plugins.broker.topics import NOT_ALLOWED_SEND_TOPICS, AUTO_CREATE_TOPIC_KEY, TopicConfig, topic_problem
 from pyrmq.remoting import fastjson
@@ -94,6 +94,33 @@ class AdminProcessor:
         self.ctx = ctx
         self.started_ms = int(time.time() * 1000)
         self.config_version = 0  # GET_BROKER_CONFIG's DataVersion counter: one per UPDATE_BROKER_CONFIG
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_processors(self, role: str) -> dict[int, Processor] | None:
+        if role != ROLE:
+            return None
+        return {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: self.delete_topic,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_group_config,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
+            RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offset,
+            RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
+            RequestCode.GET_CONSUME_STATS: self.consume_stats,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumed_by,
+            RequestCode.GET_BROKER_CONFIG: self.broker_config,
+            RequestCode.UPDATE_BROKER_CONFIG: self.update_broker_config,
+            RequestCode.VIEW_BROKER_STATS_DATA: self.view_stats,
+            RequestCode.GET_ALL_PRODUCER_INFO: self.all_producer_info,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: self.call_consumer,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: self.call_consumer,
+            RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
+        }
 
     async def create_topic(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
@@ -399,40 +426,6 @@ class AdminProcessor:
         return request.make_response(ResponseCode.SUCCESS, body=body)
 
 
-ADMIN = StateKey[AdminProcessor]("broker.admin")
-
-
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
-    ctx = kernel.state.find(BROKER)
-    if ctx is not None:
-        kernel.state.put(ADMIN, AdminProcessor(ctx))
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    p = kernel.state.find(ADMIN)
-    if role != "broker" or p is None:
-        return None
-    return {
-        RequestCode.UPDATE_AND_CREATE_TOPIC: p.create_topic,
-        RequestCode.DELETE_TOPIC_IN_BROKER: p.delete_topic,
-        RequestCode.GET_ALL_TOPIC_CONFIG: p.all_topic_config,
-        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: p.create_group,
-        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: p.all_group_config,
-        RequestCode.DELETE_SUBSCRIPTIONGROUP: p.delete_group,
-        RequestCode.GET_ALL_CONSUMER_OFFSET: p.all_consumer_offset,
-        RequestCode.GET_TOPIC_STATS_INFO: p.topic_stats,
-        RequestCode.GET_CONSUME_STATS: p.consume_stats,
-        RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: p.topic_consumed_by,
-        RequestCode.GET_BROKER_CONFIG: p.broker_config,
-        RequestCode.UPDATE_BROKER_CONFIG: p.update_broker_config,
-        RequestCode.VIEW_BROKER_STATS_DATA: p.view_stats,
-        RequestCode.GET_ALL_PRODUCER_INFO: p.all_producer_info,
-        RequestCode.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
-        RequestCode.GET_CONSUMER_RUNNING_INFO: p.call_consumer,
-        RequestCode.CONSUME_MESSAGE_DIRECTLY: p.call_consumer,
-        RequestCode.GET_BROKER_RUNTIME_INFO: p.runtime_info,
-        RequestCode.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
-        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,
-    }
+    register_feature(kernel, "broker.admin", AdminProcessor)

@@ -13,7 +13,7 @@ import trio
 
 from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.types import Processor
 from pyrmq.plugins.broker.clients import (
     CONSUME_FROM_WHERE,
     CONSUME_TYPES,
@@ -22,7 +22,7 @@ from pyrmq.plugins.broker.clients import (
     Subscription,
     enum_name,
 )
-from pyrmq.plugins.broker.core import BROKER, BrokerContext
+from pyrmq.plugins.broker.core import ROLE, BrokerContext, register_feature
 from pyrmq.plugins.broker.topics import RETRY_GROUP_TOPIC_PREFIX, Permission
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
@@ -42,8 +42,27 @@ log = logging.getLogger("pyrmq.broker.clients")
 
 
 class ConsumerManageProcessor:
+    """Heartbeats, client lists, consumer offsets and queue offsets; registered as a plugin."""
+
     def __init__(self, ctx: BrokerContext) -> None:
         self.ctx = ctx
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_processors(self, role: str) -> dict[int, Processor] | None:
+        if role != ROLE:
+            return None
+        return {
+            RequestCode.HEART_BEAT: self.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            RequestCode.GET_MAX_OFFSET: self.max_offset,
+            RequestCode.GET_MIN_OFFSET: self.min_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_msg_storetime,
+        }
 
     # -- clients ---------------------------------------------------------------------------------------------
 
@@ -157,30 +176,6 @@ class ConsumerManageProcessor:
         return request.make_response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
 
 
-CONSUMER_MANAGE = StateKey[ConsumerManageProcessor]("broker.consumer_manage")
-
-
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
-    ctx = kernel.state.find(BROKER)
-    if ctx is not None:
-        kernel.state.put(CONSUMER_MANAGE, ConsumerManageProcessor(ctx))
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    p = kernel.state.find(CONSUMER_MANAGE)
-    if role != "broker" or p is None:
-        return None
-    return {
-        RequestCode.HEART_BEAT: p.heart_beat,
-        RequestCode.UNREGISTER_CLIENT: p.unregister_client,
-        RequestCode.GET_CONSUMER_LIST_BY_GROUP: p.consumer_list,
-        RequestCode.CHECK_CLIENT_CONFIG: p.check_client_config,
-        RequestCode.QUERY_CONSUMER_OFFSET: p.query_consumer_offset,
-        RequestCode.UPDATE_CONSUMER_OFFSET: p.update_consumer_offset,
-        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: p.search_offset,
-        RequestCode.GET_MAX_OFFSET: p.max_offset,
-        RequestCode.GET_MIN_OFFSET: p.min_offset,
-        RequestCode.GET_EARLIEST_MSG_STORETIME: p.earliest_msg_storetime,
-    }
+    register_feature(kernel, "broker.consumer_manage", ConsumerManageProcessor)

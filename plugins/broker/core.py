@@ -17,7 +17,8 @@ import collections
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import trio
 from cachetools import LRUCache
@@ -254,6 +255,20 @@ class BrokerContext:
 
 
 BROKER = StateKey[BrokerContext]("broker")
+
+F = TypeVar("F")
+
+
+def register_feature(kernel: Any, name: str, make: Callable[[BrokerContext], F]) -> F | None:
+    """For a feature plugin's ``pyrmq_configure``: when the bundle runs a broker, build the feature object from the
+    broker's context and register it as a plugin named ``name`` (its ``@hookimpl`` methods answer the hooks from then
+    on); None without a broker role."""
+    ctx = kernel.state.find(BROKER)
+    if ctx is None:
+        return None
+    feature = make(ctx)
+    kernel.register(feature, name)
+    return feature
 
 
 @hookimpl(trylast=True)

@@ -13,8 +13,8 @@ from typing import Any
 import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
-from pyrmq.plugins.broker.core import BROKER
+from pyrmq.kernel.types import Processor
+from pyrmq.plugins.broker.core import ROLE, register_feature
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -55,17 +55,20 @@ class RebalanceLockManager:
                 del locks[key]
 
 
-LOCKS = StateKey[RebalanceLockManager]("broker.locks")
-
-
 def _parse(request: RemotingCommand) -> tuple[str, str, list[QueueKey]]:
     data = fastjson.loads(request.body_bytes())
     return str(data["consumerGroup"]), str(data["clientId"]), [_queue_key(mq) for mq in data.get("mqSet") or []]
 
 
 class LockProcessor:
+    """LOCK_BATCH_MQ / UNLOCK_BATCH_MQ over the broker's lock table; registered as a plugin."""
+
     def __init__(self, manager: RebalanceLockManager) -> None:
         self.manager = manager
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_processors(self, role: str) -> dict[int, Processor] | None:
+        return {RequestCode.LOCK_BATCH_MQ: self.lock, RequestCode.UNLOCK_BATCH_MQ: self.unlock} if role == ROLE else None
 
     async def lock(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         try:
@@ -85,19 +88,6 @@ class LockProcessor:
         return request.make_response(ResponseCode.SUCCESS)
 
 
-LOCK_PROCESSOR = StateKey[LockProcessor]("broker.locks.processor")
-
-
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
-    if kernel.state.find(BROKER) is not None:
-        manager = kernel.state.put(LOCKS, RebalanceLockManager())
-        kernel.state.put(LOCK_PROCESSOR, LockProcessor(manager))
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    p = kernel.state.find(LOCK_PROCESSOR)
-    if role != "broker" or p is None:
-        return None
-    return {RequestCode.LOCK_BATCH_MQ: p.lock, RequestCode.UNLOCK_BATCH_MQ: p.unlock}
+    register_feature(kernel, "broker.locks", lambda ctx: LockProcessor(RebalanceLockManager()))

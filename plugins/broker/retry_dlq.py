@@ -29,8 +29,7 @@ from typing import Any
 import attrs
 
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
-from pyrmq.kernel.types import ORDER_REROUTE, PutChain, PutContext, PutKind, Rejection
+from pyrmq.kernel.types import ORDER_REROUTE, Processor, PutChain, PutContext, PutInterceptor, PutKind, Rejection
 from pyrmq.plugins.broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     Permission,
@@ -77,6 +76,10 @@ class DeadLetterInterceptor:
         self.groups = groups
         self.rng = random.Random()
 
+    @hookimpl(trylast=True)
+    def pyrmq_register_put_interceptors(self) -> list[PutInterceptor]:
+        return [self]
+
     def intercept(self, record: Any, context: PutContext) -> Any:
         topic = record.topic
         if not topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -115,6 +118,10 @@ class SendBackProcessor:
         self.settings = settings
         self.put_chain = put_chain
         self.rng = random.Random()
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_processors(self, role: str) -> dict[int, Processor] | None:
+        return {RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back} if role == "broker" else None
 
     async def send_back(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         code, remark = self.handle(request, connection.remote_address)
@@ -181,34 +188,11 @@ class SendBackProcessor:
 # -- hooks -------------------------------------------------------------------------------------------------------
 
 
-DEAD_LETTER = StateKey[DeadLetterInterceptor]("retry_dlq.dead_letter")
-SEND_BACK = StateKey[SendBackProcessor]("retry_dlq.send_back")
-
-
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
-    from pyrmq.plugins.broker.core import BROKER
+    from pyrmq.plugins.broker.core import register_feature
 
-    ctx = kernel.state.find(BROKER)
-    if ctx is None:
-        return
-    kernel.state.put(DEAD_LETTER, DeadLetterInterceptor(ctx.topics, ctx.groups))
-    kernel.state.put(
-        SEND_BACK,
-        SendBackProcessor(store=ctx.store, topics=ctx.topics, groups=ctx.groups, settings=ctx.settings,
-                          put_chain=ctx.put_chain, stats=ctx.stats),
-    )
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_put_interceptors(kernel: Any) -> list[Any] | None:
-    interceptor = kernel.state.find(DEAD_LETTER)
-    return None if interceptor is None else [interceptor]
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    processor = kernel.state.find(SEND_BACK)
-    if role != "broker" or processor is None:
-        return None
-    return {RequestCode.CONSUMER_SEND_MSG_BACK: processor.send_back}
+    register_feature(kernel, "broker.dead_letter", lambda ctx: DeadLetterInterceptor(ctx.topics, ctx.groups))
+    register_feature(kernel, "broker.send_back", lambda ctx: SendBackProcessor(
+        store=ctx.store, topics=ctx.topics, groups=ctx.groups, settings=ctx.settings, put_chain=ctx.put_chain,
+        stats=ctx.stats))

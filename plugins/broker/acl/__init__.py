@@ -31,7 +31,7 @@ import trio
 
 from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.types import Processor
 from pyrmq.kernel.settings import setting
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -69,6 +69,27 @@ class AclService:
         rules, self._mtimes = self._load()  # a broken file at start is a ConfigError: the broker does not start
         self.validator = AclValidator(rules)
         self.version = 1
+
+    # -- hooks (this object is registered as a plugin when aclEnable) ----------------------------------------------
+
+    @hookimpl(trylast=True)
+    def pyrmq_make_request_guard(self, role: str) -> AclValidator | None:
+        return self.validator if role == "broker" else None
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_processors(self, role: str) -> dict[int, Processor] | None:
+        if role != "broker":
+            return None
+        return {
+            RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: self.update_account,
+            RequestCode.DELETE_ACL_CONFIG: self.delete_account,
+            RequestCode.GET_BROKER_CLUSTER_ACL_INFO: self.acl_info,
+            RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: self.update_white_list,
+        }
+
+    @hookimpl(trylast=True)
+    async def pyrmq_serve(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.run)
 
     # -- files -----------------------------------------------------------------------------------------------
 
@@ -253,9 +274,6 @@ class AclService:
         )
 
 
-ACL = StateKey[AclService]("broker.acl")
-
-
 @attrs.frozen
 class AclSettings:
     """The broker.conf key that switches access control on (RocketMQ 4.9.8's name)."""
@@ -299,31 +317,6 @@ def pyrmq_configure(kernel: Any) -> None:
     files = kernel.settings(AclFileSettings)
     main, directory = _paths(files)
     broker = ctx.settings
-    kernel.state.put(ACL, AclService(main, directory, broker_name=broker.brokerName, broker_addr=ctx.registration.broker_addr,
-                                     cluster=broker.brokerClusterName, reload_interval=files.reloadIntervalMs / 1000))
-
-
-@hookimpl(trylast=True)
-def pyrmq_make_request_guard(kernel: Any, role: str) -> AclValidator | None:
-    service = kernel.state.find(ACL)
-    return service.validator if service is not None and role == "broker" else None
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    service = kernel.state.find(ACL)
-    if service is None or role != "broker":
-        return None
-    return {
-        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG: service.update_account,
-        RequestCode.DELETE_ACL_CONFIG: service.delete_account,
-        RequestCode.GET_BROKER_CLUSTER_ACL_INFO: service.acl_info,
-        RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG: service.update_white_list,
-    }
-
-
-@hookimpl(trylast=True)
-async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
-    service = kernel.state.find(ACL)
-    if service is not None:
-        await nursery.start(service.run)
+    kernel.register(AclService(main, directory, broker_name=broker.brokerName, broker_addr=ctx.registration.broker_addr,
+                               cluster=broker.brokerClusterName, reload_interval=files.reloadIntervalMs / 1000),
+                    "broker.acl")
