@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterable
+from typing import cast
 
 from .commitlog import CommitLog
 from .config import StoreConfig
@@ -49,7 +50,7 @@ class _CallableFilter:
 def _readable(units: Iterable[tuple[int, int, int]], top: int) -> list[tuple[int, int, int]] | None:
     """The leading ``units`` whose record ends at or before commit-log offset ``top``; None when the first one is
     already beyond it (the queue has nothing readable yet)."""
-    kept = []
+    kept: list[tuple[int, int, int]] = []
     for unit in units:
         if unit[0] + unit[1] > top and unit[1] != BLANK_SIZE:
             return kept or None
@@ -103,16 +104,17 @@ class StoreReads:
         if offset > max_offset:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
         max_units = max(cfg.max_filter_message_count, max_msg_nums * 20) // 20
-        units = cq.units_from(offset, max_units)
+        units: Iterable[tuple[int, int, int]] | None = cq.units_from(offset, max_units)
         if units is None:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
         if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
             message_filter = _CallableFilter(message_filter)
+        message_filter = cast("MessageFilter | None", message_filter)  # a callable was wrapped just above
         # a filter keeping per-unit answers (the broker's SQL92 results computed at dispatch) takes the unit's offset
         cq_check_at = getattr(message_filter, "is_matched_by_consume_queue_at", None)
         max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
         max_bytes = cfg.max_transfer_bytes_on_message_in_memory
-        buffers: list = []
+        buffers: list[memoryview] = []
         queue_offsets: list[int] = []
         total = 0
         scanned = 0
@@ -151,7 +153,7 @@ class StoreReads:
                 if phy + size > mf_end:
                     continue
             pos = phy - mf_start
-            view = mf.view[pos : pos + size]
+            view = mf.view[pos : pos + size]  # type: ignore[union-attr]  # set: [mf_start, mf_end) is empty until it is
             if message_filter is not None and not message_filter.is_matched_by_commit_log(view):
                 continue
             buffers.append(view)
