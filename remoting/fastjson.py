@@ -108,7 +108,7 @@ _SINGLE = re.compile(r"'((?:[^'\\]|\\.)*)'", re.S)
 _SINGLE_ESC = re.compile(r'\\(.)|"', re.S)
 
 
-def loads(data: str | bytes | bytearray | memoryview) -> Any:
+def loads(data: str | bytes | bytearray | memoryview) -> Any:  # type: ignore[explicit-any]  # see below
     """Parse standard or fastjson-flavoured JSON. Raises ``FastjsonDecodeError`` (a ValueError).
 
     Returns whatever the text holds (``Any``, like ``json.loads``): the caller checks the shape it expects."""

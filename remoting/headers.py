@@ -102,10 +102,10 @@ H = TypeVar("H", bound=HeaderBase)
 
 
 @overload
-def wire(name: str) -> Any: ...  # a required field: Any like attrs.field(), a placeholder for the annotated type
+def wire(name: str) -> Any: ...  # type: ignore[explicit-any]  # a required field: a placeholder, as attrs.field()
 @overload
 def wire(name: str, default: T) -> T: ...
-def wire(name: str, default: object = attrs.NOTHING) -> Any:
+def wire(name: str, default: object = attrs.NOTHING) -> object:
     """An attrs field whose extFields key is ``name`` instead of the camelCase of the attribute. Type checkers see
     a default only when it is passed by keyword (``wire("clientId", default=None)``), as for ``attrs.field``."""
     return attrs.field(default=default, metadata={"wire": name})

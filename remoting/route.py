@@ -53,7 +53,7 @@ class QueueData:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueueData:
+    def from_json(cls, data: Mapping[str, Any]) -> QueueData:  # type: ignore[explicit-any]  # decoded JSON
         return cls(
             str(data["brokerName"]),
             data.get("readQueueNums", 0),
@@ -95,7 +95,7 @@ class BrokerData:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BrokerData:
+    def from_json(cls, data: Mapping[str, Any]) -> BrokerData:  # type: ignore[explicit-any]  # decoded JSON
         return cls(str(data.get("cluster", "")), str(data["brokerName"]), data.get("brokerAddrs") or {})
 
 
@@ -124,7 +124,7 @@ class TopicRouteData:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TopicRouteData:
+    def from_json(cls, data: Mapping[str, Any]) -> TopicRouteData:  # type: ignore[explicit-any]  # decoded JSON
         """A decoded route document (JSON of any shape: what does not convert raises ProtocolError)."""
         try:
             return cls(
