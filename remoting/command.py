@@ -141,7 +141,7 @@ class RemotingCommand:
             next_opaque(),
             RPC_ONEWAY if oneway else 0,
             remark,
-            {} if ext_fields is None else cast("dict[str, str]", ext_fields),  # values coerced to text when encoded
+            {} if ext_fields is None else ext_fields,  # type: ignore[arg-type]  # values made text when encoded
             body,
             serialize_type,
         )
@@ -161,7 +161,7 @@ class RemotingCommand:
             self.opaque,
             RPC_RESPONSE,
             remark,
-            {} if ext_fields is None else cast("dict[str, str]", ext_fields),  # values coerced to text when encoded
+            {} if ext_fields is None else ext_fields,  # type: ignore[arg-type]  # values made text when encoded
             body,
             self.serialize_type,
         )
@@ -269,7 +269,8 @@ class RemotingCommand:
         # a list body (a pull answer: one view per message): sized and queued in one pass
         pieces: list[Buffer] = []
         bl = 0
-        for p in cast("Sequence[Buffer]", body):  # bytes and bytearray were written above
+        p: Buffer
+        for p in body:  # type: ignore[assignment]  # not bytes or bytearray: those were written above
             n = p.nbytes if type(p) is memoryview else len(p) if type(p) is bytes else body_length([p])
             if n:
                 bl += n

@@ -132,10 +132,9 @@ def _int(v: object, key: str) -> int:
     if type(v) is int:
         return v
     try:
-        n: int = int(v)  # type: ignore[call-overload]  # any value: what int() cannot take raises TypeError
+        return int(v)  # type: ignore[call-overload,no-any-return]  # any value: int() raises TypeError, caught below
     except (TypeError, ValueError):
         raise HeaderError(key, f"the custom field <{key}> is not a number: {v!r:.40}") from None
-    return n
 
 
 def _bool(v: object) -> bool:

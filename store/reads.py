@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable, Iterable
-from typing import cast
 
 from .commitlog import CommitLog
 from .config import StoreConfig
@@ -109,7 +108,6 @@ class StoreReads:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
         if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
             message_filter = _CallableFilter(message_filter)
-        message_filter = cast("MessageFilter | None", message_filter)  # a callable was wrapped just above
         # a filter keeping per-unit answers (the broker's SQL92 results computed at dispatch) takes the unit's offset
         cq_check_at = getattr(message_filter, "is_matched_by_consume_queue_at", None)
         max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
@@ -154,7 +152,8 @@ class StoreReads:
                     continue
             pos = phy - mf_start
             view = mf.view[pos : pos + size]  # type: ignore[union-attr]  # set: [mf_start, mf_end) is empty until it is
-            if message_filter is not None and not message_filter.is_matched_by_commit_log(view):
+            # a plain callable was wrapped in a _CallableFilter above
+            if message_filter is not None and not message_filter.is_matched_by_commit_log(view):  # type: ignore[union-attr]
                 continue
             buffers.append(view)
             queue_offsets.append(offset + scanned - 1)
