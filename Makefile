@@ -16,7 +16,7 @@ PEERS_ARGS ?=
 PKG_DIRS  := kernel store remoting plugins client spark_plugin configs
 PKG_FILES := $(VENV)/.pyrmq-files
 
-.PHONY: run test install check-python check-tools bench peers broker-memory chaos failover clean FORCE
+.PHONY: run test typecheck install check-python check-tools bench peers broker-memory chaos failover clean FORCE
 
 check-python:
 	@PYTHON='$(PYTHON)' .ci/check-tools --python
@@ -40,8 +40,15 @@ install: $(STAMP)
 run: $(STAMP)
 	$(BIN)/pyrmq dev --demo
 
-test: check-tools $(STAMP)
+test: check-tools $(STAMP) typecheck
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# mypy on the installed package (modules named pyrmq.*), settings and the packages checked in pyproject.toml
+# [tool.mypy]; its paths under the editable install's build/ links are printed as the repository's own.
+typecheck: $(STAMP)
+	@echo ">> type check: mypy, the packages pyproject.toml [tool.mypy] lists, strict"
+	@out=$$($(BIN)/python -m mypy 2>&1); rc=$$?; \
+	  printf '%s\n' "$$out" | sed 's|build/__editable__[^/]*/pyrmq/||'; exit $$rc
 
 bench: $(STAMP)
 	$(BIN)/python bench/kernel_bench.py
@@ -60,7 +67,7 @@ broker-memory: $(STAMP)
 	$(BIN)/python bench/broker_memory.py $(BROKER_MEMORY_ARGS)
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .hypothesis $(STAMP)  # build/ holds the editable install's links
+	rm -rf build dist *.egg-info .pytest_cache .hypothesis .mypy_cache $(STAMP)  # build/ holds the editable install's links
 
 # The reliability suite at full size (docs/reliability.md): crash rounds, torn files, disk full, fuzzing, soak.
 # About 30 minutes on a 2-core machine; a short version of each scenario runs inside `make test`.

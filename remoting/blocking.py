@@ -12,8 +12,8 @@ the loop's own handlers (that would deadlock; ``RuntimeError`` is raised).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import TypeVar, TypeVarTuple, Unpack
 
 import trio
 
@@ -23,6 +23,9 @@ from .connection import Processor
 from .errors import RemotingClosed
 
 __all__ = ["BlockingRemotingClient"]
+
+_R = TypeVar("_R")
+_Ts = TypeVarTuple("_Ts")
 
 
 class BlockingRemotingClient:
@@ -65,7 +68,7 @@ class BlockingRemotingClient:
     def closed(self) -> bool:
         return not self._thread.is_alive() or self._token is None
 
-    def _run(self, fn: Any, *args: Any) -> Any:
+    def _run(self, fn: Callable[[Unpack[_Ts]], Awaitable[_R]], *args: Unpack[_Ts]) -> _R:
         if self._token is None:
             raise RemotingClosed("", "blocking client is closed")
         try:
@@ -101,5 +104,5 @@ class BlockingRemotingClient:
     def __enter__(self) -> BlockingRemotingClient:
         return self
 
-    def __exit__(self, *exc_info: Any) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -17,12 +17,14 @@ raises ``RemotingCommandError(code, remark)`` instead.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import socket
 from collections.abc import Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from types import TracebackType
+from typing import AsyncIterator
 
 import trio
 
@@ -100,7 +102,7 @@ class RemotingClient:
         self._conns: dict[str, Connection] = {}
         self._connecting: dict[str, _ConnectAttempt] = {}
         self._nursery: trio.Nursery | None = None
-        self._cm: Any = None
+        self._cm: AbstractAsyncContextManager[RemotingClient] | None = None
 
     def __repr__(self) -> str:
         return f"<RemotingClient {self.name} {len(self._conns)} connections>"
@@ -126,9 +128,12 @@ class RemotingClient:
         self._cm = self._lifetime()
         return await self._cm.__aenter__()
 
-    async def __aexit__(self, *exc_info: Any) -> bool | None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
         cm, self._cm = self._cm, None
-        return await cm.__aexit__(*exc_info)
+        assert cm is not None, "__aexit__ without __aenter__"
+        return await cm.__aexit__(exc_type, exc, tb)
 
     async def run(self, *, task_status: trio.TaskStatus[RemotingClient] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; ``task_status.started(self)`` once usable."""
@@ -186,7 +191,7 @@ class RemotingClient:
                 server_side=False,
                 max_in_flight=self.max_in_flight,
                 max_frame_size=self.max_frame_size,
-                on_close=lambda c, a=addr: self._connection_closed(a, c),
+                on_close=functools.partial(self._connection_closed, addr),
             )
             conn.signer = self.signer
             self._conns[addr] = conn

@@ -16,20 +16,24 @@ from __future__ import annotations
 import itertools
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as _esc  # the C version: quotes and escapes, keeps non-ASCII
-from typing import Any, Union
+from typing import TypeVar, Union, cast
 
 import attrs
 
 from .codes import CURRENT_VERSION, LANGUAGE_BY_NAME, LANGUAGE_NAMES, RPC_ONEWAY, RPC_RESPONSE
 from .errors import ProtocolError
 
-__all__ = ["RemotingCommand", "Body", "MAX_FRAME_SIZE", "FRAME_PREFIX", "ext_value_text", "body_length", "json_text"]
+__all__ = ["RemotingCommand", "Body", "Buffer", "MAX_FRAME_SIZE", "FRAME_PREFIX", "ext_value_text", "body_length",
+           "json_text"]
 
 # A body is bytes-like, or a sequence of bytes-like pieces written one after the other without joining
 # (a pull response is the concatenation of stored records).
-Body = Union[bytes, bytearray, memoryview, Sequence[Union[bytes, bytearray, memoryview]]]
+Buffer = Union[bytes, bytearray, memoryview]
+Body = Union[bytes, bytearray, memoryview, Sequence[Buffer]]
+
+_V = TypeVar("_V")
 
 MAX_FRAME_SIZE = 16 * 1024 * 1024  # Java's com.rocketmq.remoting.frameMaxLength default (spec 1.2)
 
@@ -59,13 +63,13 @@ def next_opaque() -> int:
     return next(_opaque_counter) & 0x7FFFFFFF
 
 
-def json_text(value: Any) -> str:
+def json_text(value: object) -> str:
     """``value``'s extFields text (:func:`ext_value_text`) as a JSON string literal, as the JSON encoder writes it:
     for templates that fill :attr:`RemotingCommand.ext_json`."""
     return _esc(ext_value_text(value))
 
 
-def ext_value_text(value: Any) -> str:
+def ext_value_text(value: object) -> str:
     """fastjson's coercion of an extFields value to text (spec 1.6): numbers -> decimal, booleans -> true/false."""
     if type(value) is str:
         return value
@@ -96,8 +100,9 @@ class RemotingCommand:
     """One remoting frame. Mutable and cheap: created per request on the hot path.
 
     ``code`` is a request code (request) or response code (response). ``language`` is the LanguageCode *name*.
-    ``ext_fields`` holds the custom header as text (decoded values are always ``str``; encoding coerces non-text
-    values by the fastjson rule). ``serialize_type`` is 0 (JSON) or 1 (ROCKETMQ); a response uses its request's.
+    ``ext_fields`` holds the custom header as text (decoded values are always ``str``; a command built here may hold
+    other values, :meth:`request` and :meth:`make_response` take any, and encoding coerces non-text values by the
+    fastjson rule). ``serialize_type`` is 0 (JSON) or 1 (ROCKETMQ); a response uses its request's.
     """
 
     code: int
@@ -121,7 +126,7 @@ class RemotingCommand:
     def request(
         cls,
         code: int,
-        ext_fields: dict[str, Any] | None = None,
+        ext_fields: dict[str, _V] | None = None,
         body: Body = b"",
         oneway: bool = False,
         *,
@@ -136,7 +141,7 @@ class RemotingCommand:
             next_opaque(),
             RPC_ONEWAY if oneway else 0,
             remark,
-            {} if ext_fields is None else ext_fields,
+            {} if ext_fields is None else ext_fields,  # type: ignore[arg-type]  # values made text when encoded
             body,
             serialize_type,
         )
@@ -145,7 +150,7 @@ class RemotingCommand:
         self,
         code: int = 0,
         remark: str | None = None,
-        ext_fields: dict[str, Any] | None = None,
+        ext_fields: dict[str, _V] | None = None,
         body: Body = b"",
     ) -> RemotingCommand:
         """The response to this request: same opaque and serialize type, response flag set, language JAVA."""
@@ -156,7 +161,7 @@ class RemotingCommand:
             self.opaque,
             RPC_RESPONSE,
             remark,
-            {} if ext_fields is None else ext_fields,
+            {} if ext_fields is None else ext_fields,  # type: ignore[arg-type]  # values made text when encoded
             body,
             self.serialize_type,
         )
@@ -180,7 +185,7 @@ class RemotingCommand:
             return body
         if isinstance(body, (bytearray, memoryview)):
             return bytes(body)
-        return b"".join(body)
+        return b"".join(cast("Sequence[Buffer]", body))  # bytes was returned above
 
     def __repr__(self) -> str:
         n = body_length(self.body)
@@ -235,7 +240,7 @@ class RemotingCommand:
             raise ProtocolError(f"field out of range for a ROCKETMQ header: {exc}") from None
         return b"".join((fixed, remark, _I32.pack(len(ext)), ext))
 
-    def encode_into(self, out: list) -> int:
+    def encode_into(self, out: list[Buffer]) -> int:
         """Append the frame to ``out`` as one or more buffers (a big or list body is not copied); return its size."""
         header = self._rocketmq_header() if self.serialize_type == 1 else self._json_header()
         hl = len(header)
@@ -262,9 +267,10 @@ class RemotingCommand:
             out.append(FRAME_PREFIX.pack(4 + hl + len(body), (self.serialize_type << 24) | hl) + header + body)
             return 8 + hl + len(body)
         # a list body (a pull answer: one view per message): sized and queued in one pass
-        pieces = []
+        pieces: list[Buffer] = []
         bl = 0
-        for p in body:
+        p: Buffer
+        for p in body:  # type: ignore[assignment]  # not bytes or bytearray: those were written above
             n = p.nbytes if type(p) is memoryview else len(p) if type(p) is bytes else body_length([p])
             if n:
                 bl += n
@@ -275,9 +281,10 @@ class RemotingCommand:
 
     def encode(self) -> bytes:
         """The whole frame (4-byte length included) as one ``bytes``."""
-        out: list = []
+        out: list[Buffer] = []
         self.encode_into(out)
-        return out[0] if len(out) == 1 else b"".join(out)
+        # a lone buffer is always the bytes encode_into joined (a body of its own makes a second one)
+        return cast(bytes, out[0]) if len(out) == 1 else b"".join(out)
 
     # ---- decoding -------------------------------------------------------------------------------------------
 
@@ -298,10 +305,12 @@ class RemotingCommand:
 
 # ---- header decoders (used by framing.FrameDecoder too) -------------------------------------------------------
 
-_scan = json.JSONDecoder(parse_float=str).scan_once  # floats keep their text; "1.50" stays "1.50"
+# floats keep their text; "1.50" stays "1.50" (scan_once, the C scanner, is missing from typeshed's JSONDecoder)
+_scan: Callable[[str, int], tuple[object, int]]
+_scan = json.JSONDecoder(parse_float=str).scan_once  # type: ignore[attr-defined]
 
 
-def _coerce_ext(ext: dict) -> dict[str, str]:
+def _coerce_ext(ext: dict[str, object]) -> dict[str, str]:
     return {str(k): ext_value_text(v) for k, v in ext.items() if v is not None}
 
 

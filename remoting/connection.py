@@ -39,14 +39,16 @@ import logging
 import math
 import os
 import socket as _stdlib_socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from time import monotonic_ns as _monotonic_ns
-from typing import Any, Optional
+from typing import Optional, Protocol, TypeVarTuple, Unpack, cast
 
 import outcome
 import trio
 from trio.lowlevel import (
     Abort,
+    RaiseCancelT,
+    Task,
     current_task,
     notify_closing,
     reschedule,
@@ -56,15 +58,29 @@ from trio.lowlevel import (
 )
 
 from .codes import RPC_ONEWAY, RPC_RESPONSE
-from .command import RemotingCommand, next_opaque
+from .command import Buffer, RemotingCommand, next_opaque
 from .errors import ProtocolError, RemotingClosed, RemotingTimeout
 from .framing import FrameDecoder
 
-__all__ = ["Connection", "Processor", "RECV_SIZE"]
+__all__ = ["Connection", "ConnectionOwner", "Processor", "RECV_SIZE"]
 
 log = logging.getLogger("pyrmq.remoting")
 
 Processor = Callable[["Connection", RemotingCommand], Awaitable[Optional[RemotingCommand]]]
+#: what an invoke's waiter is handed: the response, or the error (timeout, connection closed) the invoke raises
+InvokeOutcome = outcome.Outcome[RemotingCommand]
+
+_Ts = TypeVarTuple("_Ts")
+
+
+class ConnectionOwner(Protocol):
+    """The server or client a connection belongs to: its processor table, read per received chunk (the owner may
+    swap it for a new mapping at any time). An optional ``request_timer`` attribute (the server's) is looked up
+    per chunk too."""
+
+    @property
+    def processors(self) -> Mapping[int, Processor]: ...
+
 
 RECV_SIZE = 256 * 1024  # read big chunks: a receive per frame costs ~10x in trio (docs/performance.md, The machine)
 HIGH_WATER = 4 * 1024 * 1024  # queued output beyond which senders wait for the writer to drain
@@ -81,7 +97,7 @@ _conn_ids = itertools.count(1)
 _INF = math.inf
 
 
-def _nbytes(buf: Any) -> int:
+def _nbytes(buf: Buffer) -> int:
     return buf.nbytes if type(buf) is memoryview else len(buf)
 
 
@@ -99,13 +115,13 @@ class _Waiter:
     __slots__ = ("task", "result", "deadline", "timeout", "code")
 
     def __init__(self, deadline: float, timeout: float | None, code: int) -> None:
-        self.task: Any = None
-        self.result: outcome.Outcome | None = None
+        self.task: Task | None = None
+        self.result: InvokeOutcome | None = None
         self.deadline = deadline
         self.timeout = timeout
         self.code = code
 
-    def deliver(self, result: outcome.Outcome) -> None:
+    def deliver(self, result: InvokeOutcome) -> None:
         task = self.task
         if task is not None:
             self.task = None
@@ -118,21 +134,22 @@ class _Waiter:
             return self.result.unwrap()
         self.task = current_task()
 
-        def abort(raise_cancel: Any) -> Abort:
+        def abort(raise_cancel: RaiseCancelT) -> Abort:
             self.task = None
             return Abort.SUCCEEDED
 
-        return await wait_task_rescheduled(abort)
+        response: RemotingCommand = await wait_task_rescheduled(abort)  # deliver() reschedules with an InvokeOutcome
+        return response
 
 
 class _CallbackWaiter:
     __slots__ = ("callback",)
     deadline = _INF
 
-    def __init__(self, callback: Callable[[outcome.Outcome], None]) -> None:
+    def __init__(self, callback: Callable[[InvokeOutcome], None]) -> None:
         self.callback = callback
 
-    def deliver(self, result: outcome.Outcome) -> None:
+    def deliver(self, result: InvokeOutcome) -> None:
         try:
             self.callback(result)
         except Exception:
@@ -151,7 +168,7 @@ class Connection:
     def __init__(
         self,
         sock: _stdlib_socket.socket,
-        owner: Any,
+        owner: ConnectionOwner,
         nursery: trio.Nursery,
         *,
         server_side: bool,
@@ -172,19 +189,19 @@ class Connection:
         #: ``signer(request)`` adds credentials to every request this end sends (ACL; set by RemotingClient)
         self.signer: Callable[[RemotingCommand], None] | None = None
         self._decoder = FrameDecoder() if max_frame_size is None else FrameDecoder(max_frame_size)
-        self.remote_address: tuple[str, int] = tuple(sock.getpeername()[:2])  # type: ignore[assignment]
-        self.local_address: tuple[str, int] = tuple(sock.getsockname()[:2])  # type: ignore[assignment]
+        self.remote_address: tuple[str, int] = tuple(sock.getpeername()[:2])
+        self.local_address: tuple[str, int] = tuple(sock.getsockname()[:2])
         self.address = f"{self.remote_address[0]}:{self.remote_address[1]}"
-        self.attributes: dict[str, Any] = {}
+        self.attributes: dict[str, object] = {}
         self.closed = False
         self.close_reason: str | None = None
         self.last_activity = trio.current_time()
-        self._pending: dict[int, Any] = {}
+        self._pending: dict[int, _Waiter | _CallbackWaiter] = {}
         self._deferred: set[int] = set()
-        self._out: list = []
+        self._out: list[Buffer] = []
         self._out_bytes = 0
         self._writing = False
-        self._flusher: Any = None  # the parked flusher task, if any
+        self._flusher: Task | None = None  # the parked flusher task, if any
         self._flusher_started = False
         self._timer_scope: trio.CancelScope | None = None
         self._timer_started = False
@@ -216,6 +233,7 @@ class Connection:
         pending = self._pending
         deferred = self._deferred
         waited = True
+        resp: RemotingCommand | None  # None: answered later (send_response), or a oneway request
         try:
             while True:
                 if len(deferred) >= self.max_in_flight:
@@ -392,7 +410,7 @@ class Connection:
         finally:
             self._flusher = None
 
-    def _abort_flusher_wait(self, _raise_cancel: Any) -> Abort:
+    def _abort_flusher_wait(self, _raise_cancel: RaiseCancelT) -> Abort:
         self._flusher = None  # trio reschedules the cancelled task itself
         return Abort.SUCCEEDED
 
@@ -436,8 +454,9 @@ class Connection:
                 elif d < earliest:
                     earliest = d
             for opaque in expired:
-                waiter = pending.pop(opaque)
-                waiter.deliver(outcome.Error(RemotingTimeout(self.address, waiter.timeout, waiter.code)))
+                # only an invoke with a timeout has a deadline (a callback waiter's is infinite)
+                waiter = cast(_Waiter, pending.pop(opaque))
+                waiter.deliver(outcome.Error(RemotingTimeout(self.address, cast(float, waiter.timeout), waiter.code)))
             with trio.CancelScope(deadline=earliest) as self._timer_scope:
                 await trio.sleep_forever()
             self._timer_scope = None
@@ -525,9 +544,7 @@ class Connection:
         if not ok:
             raise RemotingTimeout(self.address, timeout or 0.0, request.code)
 
-    def invoke_callback(
-        self, request: RemotingCommand, callback: Callable[[outcome.Outcome], None]
-    ) -> None:
+    def invoke_callback(self, request: RemotingCommand, callback: Callable[[InvokeOutcome], None]) -> None:
         """Queue a request whose response is handed to ``callback(outcome)`` in the reader task.
 
         The task-free way to keep many requests in flight from one task (Java's invokeAsync): ``callback`` gets
@@ -557,7 +574,7 @@ class Connection:
             await self._flush()
         await trio.lowlevel.checkpoint()
 
-    def start_soon(self, fn: Callable[..., Awaitable[Any]], *args: Any) -> None:
+    def start_soon(self, fn: Callable[[Unpack[_Ts]], Awaitable[object]], *args: Unpack[_Ts]) -> None:
         """Run ``fn(*args)`` in the owner's nursery (for processors that answer later). ``fn`` must not raise."""
         self._nursery.start_soon(fn, *args)
 

@@ -17,11 +17,11 @@ clients ask for); ``style="fastjson"`` writes integer keys bare like Java's defa
 from __future__ import annotations
 
 import json
+import json.decoder
 import re
-from collections.abc import Iterator, Mapping
-from json.decoder import scanstring as _scanstring
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from json.encoder import encode_basestring as _esc, encode_basestring_ascii as _esc_ascii
-from typing import Any
+from typing import Any, cast
 
 from .codes import MQVersion
 
@@ -33,6 +33,10 @@ FASTJSON = "fastjson"
 
 _MAX_DEPTH = 200
 
+# (text, index after the opening quote, strict) -> (the string, index after the closing quote): json's C scanner,
+# missing from typeshed
+_scanstring: Callable[[str, int, bool], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+
 
 class FastjsonDecodeError(ValueError):
     def __init__(self, msg: str, pos: int) -> None:
@@ -40,23 +44,24 @@ class FastjsonDecodeError(ValueError):
         self.pos = pos
 
 
-class ObjectKey(Mapping):
-    """A JSON object used as a map key (fastjson's ``Map<MessageQueue, Long>``): hashable and read-only."""
+class ObjectKey(Mapping[Hashable, object]):
+    """A JSON object used as a map key (fastjson's ``Map<MessageQueue, Long>``): hashable and read-only. Its keys
+    are strings, except in the rare object read from fastjson text whose own keys are objects or arrays."""
 
     __slots__ = ("_items", "_hash")
 
-    def __init__(self, mapping: Mapping[str, Any] | None = None, **kw: Any) -> None:
-        d = dict(mapping or (), **kw)
+    def __init__(self, mapping: Mapping[str, object] | Mapping[Hashable, object] | None = None, **kw: object) -> None:
+        d = dict(cast("Mapping[Hashable, object]", mapping or ()), **kw)  # str keys are Hashable keys
         self._items = tuple(sorted(((k, _freeze(v)) for k, v in d.items()), key=_item_order))
         self._hash = hash(self._items)
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: Hashable) -> object:
         for k, v in self._items:
             if k == key:
                 return v
         raise KeyError(key)
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[Hashable]:
         return (k for k, _ in self._items)
 
     def __len__(self) -> int:
@@ -74,14 +79,14 @@ class ObjectKey(Mapping):
         return f"ObjectKey({dict(self._items)!r})"
 
 
-def _item_order(item: tuple[Any, Any]) -> tuple:
+def _item_order(item: tuple[Hashable, object]) -> tuple[int, str, str]:
     """A canonical order for an ObjectKey's items whatever the key types (fastjson allows object keys in objects
     used as keys; comparing them with strings would raise TypeError)."""
     k = item[0]
     return (0, k, "") if isinstance(k, str) else (1, type(k).__name__, repr(k))
 
 
-def _freeze(v: Any) -> Any:
+def _freeze(v: object) -> object:
     if isinstance(v, dict):
         return ObjectKey(v)
     if isinstance(v, list):
@@ -103,8 +108,10 @@ _SINGLE = re.compile(r"'((?:[^'\\]|\\.)*)'", re.S)
 _SINGLE_ESC = re.compile(r'\\(.)|"', re.S)
 
 
-def loads(data: str | bytes | bytearray | memoryview) -> Any:
-    """Parse standard or fastjson-flavoured JSON. Raises ``FastjsonDecodeError`` (a ValueError)."""
+def loads(data: str | bytes | bytearray | memoryview) -> Any:  # type: ignore[explicit-any]  # see below
+    """Parse standard or fastjson-flavoured JSON. Raises ``FastjsonDecodeError`` (a ValueError).
+
+    Returns whatever the text holds (``Any``, like ``json.loads``): the caller checks the shape it expects."""
     if not isinstance(data, str):
         try:
             data = bytes(data).decode("utf-8")
@@ -131,14 +138,14 @@ class _Parser:
     def ws(self, pos: int) -> int:
         return _WS.match(self.s, pos).end()  # type: ignore[union-attr]
 
-    def parse(self) -> Any:
+    def parse(self) -> object:
         value, pos = self.value(self.ws(0))
         pos = self.ws(pos)
         if pos != len(self.s):
             raise self.fail("trailing data", pos)
         return value
 
-    def value(self, pos: int) -> tuple[Any, int]:
+    def value(self, pos: int) -> tuple[object, int]:
         s = self.s
         if pos >= len(s):
             raise self.fail("unexpected end of input", pos)
@@ -178,7 +185,7 @@ class _Parser:
         if self.depth > _MAX_DEPTH:
             raise self.fail("nesting too deep", pos)
 
-    def key(self, pos: int) -> tuple[Any, int]:
+    def key(self, pos: int) -> tuple[Hashable, int]:
         s = self.s
         c = s[pos] if pos < len(s) else ""
         if c == '"' or c == "'":
@@ -194,10 +201,10 @@ class _Parser:
             return m.group(), m.end()  # bare 0 -> "0": same dict as the quoted spelling
         raise self.fail("expected a map key", pos)
 
-    def obj(self, pos: int) -> tuple[dict, int]:
+    def obj(self, pos: int) -> tuple[dict[Hashable, object], int]:
         self.enter(pos)
         s = self.s
-        out: dict = {}
+        out: dict[Hashable, object] = {}
         pos = self.ws(pos + 1)
         if pos < len(s) and s[pos] == "}":
             self.depth -= 1
@@ -218,10 +225,10 @@ class _Parser:
                 return out, pos + 1
             raise self.fail("expected ',' or '}'", pos)
 
-    def arr(self, pos: int) -> tuple[list, int]:
+    def arr(self, pos: int) -> tuple[list[object], int]:
         self.enter(pos)
         s = self.s
-        out: list = []
+        out: list[object] = []
         pos = self.ws(pos + 1)
         if pos < len(s) and s[pos] == "]":
             self.depth -= 1
@@ -241,7 +248,7 @@ class _Parser:
 
 # ---- emitter ------------------------------------------------------------------------------------------------------
 
-def _sort_key(k: Any) -> tuple:
+def _sort_key(k: object) -> tuple[int, int | str]:
     if isinstance(k, bool):
         return (2, str(k).lower())
     if isinstance(k, int):
@@ -253,7 +260,7 @@ def _sort_key(k: Any) -> tuple:
     return (4, str(k))
 
 
-def dumps_text(obj: Any, *, style: str | None = None, standard: bool | None = None, sort_keys: bool = True) -> str:
+def dumps_text(obj: object, *, style: str | None = None, standard: bool | None = None, sort_keys: bool = True) -> str:
     """Compact JSON text of dicts/lists/scalars (and ``ObjectKey`` keys); see the module doc for ``style``.
 
     ``standard=True/False`` is shorthand for ``style="standard"/"fastjson"``.
@@ -267,12 +274,12 @@ def dumps_text(obj: Any, *, style: str | None = None, standard: bool | None = No
     return "".join(out)
 
 
-def dumps(obj: Any, *, style: str | None = None, standard: bool | None = None, sort_keys: bool = True) -> bytes:
+def dumps(obj: object, *, style: str | None = None, standard: bool | None = None, sort_keys: bool = True) -> bytes:
     """``dumps_text`` encoded as UTF-8: ready to be a command body."""
     return dumps_text(obj, style=style, standard=standard, sort_keys=sort_keys).encode("utf-8")
 
 
-def _emit(v: Any, out: list[str], bare: bool, sort_keys: bool, depth: int) -> None:
+def _emit(v: object, out: list[str], bare: bool, sort_keys: bool, depth: int) -> None:
     if depth > _MAX_DEPTH:
         raise ValueError("structure nested too deep")
     esc = _esc if bare else _esc_ascii

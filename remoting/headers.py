@@ -19,8 +19,8 @@ the request code, since clients disagree on which code uses which spelling.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast, dataclass_transform, overload
 
 import attrs
 
@@ -28,6 +28,7 @@ from .errors import HeaderError
 
 __all__ = [
     "header",
+    "HeaderBase",
     "wire",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
@@ -76,8 +77,37 @@ __all__ = [
 T = TypeVar("T")
 
 
-def wire(name: str, default: Any = attrs.NOTHING) -> Any:
-    """An attrs field whose extFields key is ``name`` instead of the camelCase of the attribute."""
+class HeaderBase:
+    """Base of every header class: what :func:`header` generates, declared for type checkers (no runtime cost: the
+    generated functions are set on each class itself; no ``__dict__`` is added to the slotted instances)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+        __attrs_attrs__: ClassVar[tuple[attrs.Attribute[object], ...]]  # set by attrs.define
+        #: attribute name -> extFields key
+        WIRE_NAMES: ClassVar[dict[str, str]]
+
+        @classmethod
+        def from_ext_fields(cls, ext: Mapping[str, object]) -> Self:
+            """Decode a command's extFields (either spelling for a class with V2 names)."""
+            ...
+
+        def to_ext_fields(self) -> dict[str, str]:
+            """Every non-None field as text, under its V1 key."""
+            ...
+
+
+H = TypeVar("H", bound=HeaderBase)
+
+
+@overload
+def wire(name: str) -> Any: ...  # type: ignore[explicit-any]  # a required field: a placeholder, as attrs.field()
+@overload
+def wire(name: str, default: T) -> T: ...
+def wire(name: str, default: object = attrs.NOTHING) -> object:
+    """An attrs field whose extFields key is ``name`` instead of the camelCase of the attribute. Type checkers see
+    a default only when it is passed by keyword (``wire("clientId", default=None)``), as for ``attrs.field``."""
     return attrs.field(default=default, metadata={"wire": name})
 
 
@@ -88,7 +118,7 @@ def _camel(name: str) -> str:
 
 # ---- converters called by the generated code -------------------------------------------------------------------
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     if type(v) is str:
         return v
     if v is True:
@@ -98,16 +128,16 @@ def _text(v: Any) -> str:
     return str(v)
 
 
-def _int(v: Any, key: str) -> int:
+def _int(v: object, key: str) -> int:
     if type(v) is int:
         return v
     try:
-        return int(v)
+        return int(v)  # type: ignore[call-overload,no-any-return]  # any value: int() raises TypeError, caught below
     except (TypeError, ValueError):
         raise HeaderError(key, f"the custom field <{key}> is not a number: {v!r:.40}") from None
 
 
-def _bool(v: Any) -> bool:
+def _bool(v: object) -> bool:
     if v is True or v is False:
         return v
     return str(v).lower() == "true"
@@ -120,8 +150,8 @@ def _missing(key: str) -> HeaderError:
 _KIND = re.compile(r"^\s*(str|int|bool)\s*(\|\s*None)?\s*$")
 
 
-def _field_kind(f: attrs.Attribute) -> str:
-    t = f.type
+def _field_kind(f: attrs.Attribute[object]) -> str:
+    t: object = f.type
     if isinstance(t, type):
         t = t.__name__
     m = _KIND.match(str(t))
@@ -130,10 +160,14 @@ def _field_kind(f: attrs.Attribute) -> str:
     return m.group(1)
 
 
-def _compile(cls: type, names: dict[str, str]) -> tuple[Callable, Callable]:
+_FromExt = Callable[[type[H], Mapping[str, object]], H]
+_ToExt = Callable[[H], dict[str, str]]
+
+
+def _compile(cls: type[H], names: dict[str, str]) -> tuple[_FromExt[H], _ToExt[H]]:
     """Generate ``from(cls, ext)`` and ``to(self)`` for the wire names ``names`` (attribute -> key)."""
     fields = attrs.fields(cls)
-    ns: dict[str, Any] = {"_text": _text, "_int": _int, "_bool": _bool, "_missing": _missing}
+    ns: dict[str, object] = {"_text": _text, "_int": _int, "_bool": _bool, "_missing": _missing}
     src_from = ["def from_ext(cls, ext):", "    get = ext.get"]
     src_to = ["def to_ext(self):", "    d = {}"]
     args = []
@@ -170,35 +204,43 @@ def _compile(cls: type, names: dict[str, str]) -> tuple[Callable, Callable]:
     src_from.append(f"    return cls({', '.join(args)})")
     src_to.append("    return d")
     exec("\n".join(src_from) + "\n\n" + "\n".join(src_to), ns)  # noqa: S102 - generated from field names only
-    return ns["from_ext"], ns["to_ext"]
+    return cast("_FromExt[H]", ns["from_ext"]), cast("_ToExt[H]", ns["to_ext"])
 
 
-def header(cls: type[T] | None = None, *, v2: Mapping[str, str] | None = None) -> Any:
-    """Class decorator: ``attrs.define`` plus generated ``from_ext_fields`` / ``to_ext_fields``.
+@overload
+def header(cls: type[H], /) -> type[H]: ...
+@overload
+def header(cls: None = None, /, *, v2: Mapping[str, str] | None = None) -> Callable[[type[H]], type[H]]: ...
+@dataclass_transform(field_specifiers=(attrs.field, wire))
+def header(
+    cls: type[H] | None = None, /, *, v2: Mapping[str, str] | None = None
+) -> type[H] | Callable[[type[H]], type[H]]:
+    """Class decorator for a :class:`HeaderBase` subclass: ``attrs.define`` plus generated ``from_ext_fields`` /
+    ``to_ext_fields``.
 
     ``v2`` maps attribute names to the short V2 keys; such a class also gets ``to_ext_fields_v2`` and its
     ``from_ext_fields`` accepts either spelling.
     """
 
-    def wrap(c: type) -> type:
+    def wrap(c: type[H]) -> type[H]:
         c = attrs.define(c)
         names = {f.name: f.metadata.get("wire", _camel(f.name)) for f in attrs.fields(c)}
         from_v1, to_v1 = _compile(c, names)
-        c.to_ext_fields = to_v1
-        c.WIRE_NAMES = names
+        setattr(c, "to_ext_fields", to_v1)
+        setattr(c, "WIRE_NAMES", names)
         if v2 is None:
-            c.from_ext_fields = classmethod(from_v1)
+            setattr(c, "from_ext_fields", classmethod(from_v1))
             return c
         names2 = {name: v2.get(name, key) for name, key in names.items()}
         from_v2, to_v2 = _compile(c, names2)
-        c.to_ext_fields_v2 = to_v2
-        c.WIRE_NAMES_V2 = names2
+        setattr(c, "to_ext_fields_v2", to_v2)
+        setattr(c, "WIRE_NAMES_V2", names2)
         probe = names2[next(iter(v2))]  # e.g. "a": present only in the V2 spelling
 
-        def from_ext_fields(klass: type, ext: Mapping[str, Any]) -> Any:
+        def from_ext_fields(klass: type[H], ext: Mapping[str, object]) -> H:
             return from_v2(klass, ext) if probe in ext else from_v1(klass, ext)
 
-        c.from_ext_fields = classmethod(from_ext_fields)
+        setattr(c, "from_ext_fields", classmethod(from_ext_fields))
         return c
 
     return wrap if cls is None else wrap(cls)
@@ -214,7 +256,7 @@ _SEND_V2 = {
 
 
 @header(v2=_SEND_V2)
-class SendMessageRequestHeader:
+class SendMessageRequestHeader(HeaderBase):
     """Codes 10/324 (V1 names) and 310/320/325 (V2 names a..n); either spelling is read on any code."""
 
     producer_group: str
@@ -232,9 +274,17 @@ class SendMessageRequestHeader:
     batch: bool = False
     bname: str | None = None
 
+    if TYPE_CHECKING:
+        #: attribute name -> V2 extFields key (``a``..``n``)
+        WIRE_NAMES_V2: ClassVar[dict[str, str]]
+
+        def to_ext_fields_v2(self) -> dict[str, str]:
+            """Every non-None field as text, under its V2 key."""
+            ...
+
 
 @header
-class SendMessageResponseHeader:
+class SendMessageResponseHeader(HeaderBase):
     msg_id: str
     queue_id: int
     queue_offset: int
@@ -244,7 +294,7 @@ class SendMessageResponseHeader:
 # ---- 3.3 / 3.4 pull ---------------------------------------------------------------------------------------------
 
 @header
-class PullMessageRequestHeader:
+class PullMessageRequestHeader(HeaderBase):
     consumer_group: str
     topic: str
     queue_id: int
@@ -260,7 +310,7 @@ class PullMessageRequestHeader:
 
 
 @header
-class PullMessageResponseHeader:
+class PullMessageResponseHeader(HeaderBase):
     """All four fields are required by Java's decoder on every accepted pull code (spec 3.4)."""
 
     suggest_which_broker_id: int
@@ -272,19 +322,19 @@ class PullMessageResponseHeader:
 # ---- 3.5 offsets, queries -----------------------------------------------------------------------------------------
 
 @header
-class QueryConsumerOffsetRequestHeader:
+class QueryConsumerOffsetRequestHeader(HeaderBase):
     consumer_group: str
     topic: str
     queue_id: int
 
 
 @header
-class QueryConsumerOffsetResponseHeader:
+class QueryConsumerOffsetResponseHeader(HeaderBase):
     offset: int
 
 
 @header
-class UpdateConsumerOffsetRequestHeader:
+class UpdateConsumerOffsetRequestHeader(HeaderBase):
     consumer_group: str
     topic: str
     queue_id: int
@@ -292,69 +342,69 @@ class UpdateConsumerOffsetRequestHeader:
 
 
 @header
-class GetMaxOffsetRequestHeader:
+class GetMaxOffsetRequestHeader(HeaderBase):
     topic: str
     queue_id: int
 
 
 @header
-class GetMaxOffsetResponseHeader:
+class GetMaxOffsetResponseHeader(HeaderBase):
     offset: int
 
 
 @header
-class GetMinOffsetRequestHeader:
+class GetMinOffsetRequestHeader(HeaderBase):
     topic: str
     queue_id: int
 
 
 @header
-class GetMinOffsetResponseHeader:
+class GetMinOffsetResponseHeader(HeaderBase):
     offset: int
 
 
 @header
-class GetEarliestMsgStoretimeRequestHeader:
+class GetEarliestMsgStoretimeRequestHeader(HeaderBase):
     topic: str
     queue_id: int
 
 
 @header
-class GetEarliestMsgStoretimeResponseHeader:
+class GetEarliestMsgStoretimeResponseHeader(HeaderBase):
     timestamp: int
 
 
 @header
-class SearchOffsetRequestHeader:
+class SearchOffsetRequestHeader(HeaderBase):
     topic: str
     queue_id: int
     timestamp: int
 
 
 @header
-class SearchOffsetResponseHeader:
+class SearchOffsetResponseHeader(HeaderBase):
     offset: int
 
 
 @header
-class GetConsumerListByGroupRequestHeader:
+class GetConsumerListByGroupRequestHeader(HeaderBase):
     consumer_group: str
 
 
 @header
-class NotifyConsumerIdsChangedRequestHeader:
+class NotifyConsumerIdsChangedRequestHeader(HeaderBase):
     consumer_group: str
 
 
 @header
-class UnregisterClientRequestHeader:
+class UnregisterClientRequestHeader(HeaderBase):
     client_id: str = wire("clientID")
     producer_group: str | None = None
     consumer_group: str | None = None
 
 
 @header
-class QueryMessageRequestHeader:
+class QueryMessageRequestHeader(HeaderBase):
     topic: str
     key: str
     max_num: int
@@ -363,20 +413,20 @@ class QueryMessageRequestHeader:
 
 
 @header
-class QueryMessageResponseHeader:
+class QueryMessageResponseHeader(HeaderBase):
     index_last_update_timestamp: int
     index_last_update_phyoffset: int
 
 
 @header
-class ViewMessageRequestHeader:
+class ViewMessageRequestHeader(HeaderBase):
     offset: int
 
 
 # ---- 3.6 - 3.9 transactions, retries, topics ------------------------------------------------------------------
 
 @header
-class EndTransactionRequestHeader:
+class EndTransactionRequestHeader(HeaderBase):
     producer_group: str
     tran_state_table_offset: int
     commit_log_offset: int
@@ -387,7 +437,7 @@ class EndTransactionRequestHeader:
 
 
 @header
-class CheckTransactionStateRequestHeader:
+class CheckTransactionStateRequestHeader(HeaderBase):
     tran_state_table_offset: int
     commit_log_offset: int
     msg_id: str | None = None
@@ -396,7 +446,7 @@ class CheckTransactionStateRequestHeader:
 
 
 @header
-class ConsumerSendMsgBackRequestHeader:
+class ConsumerSendMsgBackRequestHeader(HeaderBase):
     offset: int
     group: str
     delay_level: int
@@ -408,7 +458,7 @@ class ConsumerSendMsgBackRequestHeader:
 
 
 @header
-class CreateTopicRequestHeader:
+class CreateTopicRequestHeader(HeaderBase):
     topic: str
     default_topic: str
     read_queue_nums: int
@@ -422,7 +472,7 @@ class CreateTopicRequestHeader:
 # ---- 3.10 name server -------------------------------------------------------------------------------------------
 
 @header
-class RegisterBrokerRequestHeader:
+class RegisterBrokerRequestHeader(HeaderBase):
     broker_name: str
     broker_addr: str
     cluster_name: str
@@ -433,13 +483,13 @@ class RegisterBrokerRequestHeader:
 
 
 @header
-class RegisterBrokerResponseHeader:
+class RegisterBrokerResponseHeader(HeaderBase):
     ha_server_addr: str | None = None
     master_addr: str | None = None
 
 
 @header
-class UnRegisterBrokerRequestHeader:
+class UnRegisterBrokerRequestHeader(HeaderBase):
     broker_name: str
     broker_addr: str
     cluster_name: str
@@ -447,33 +497,33 @@ class UnRegisterBrokerRequestHeader:
 
 
 @header
-class GetRouteInfoRequestHeader:
+class GetRouteInfoRequestHeader(HeaderBase):
     topic: str
     accept_standard_json_only: bool = False
 
 
 @header
-class WipeWritePermOfBrokerRequestHeader:
+class WipeWritePermOfBrokerRequestHeader(HeaderBase):
     broker_name: str
 
 
 @header
-class WipeWritePermOfBrokerResponseHeader:
+class WipeWritePermOfBrokerResponseHeader(HeaderBase):
     wipe_topic_count: int
 
 
 @header
-class AddWritePermOfBrokerRequestHeader:
+class AddWritePermOfBrokerRequestHeader(HeaderBase):
     broker_name: str
 
 
 @header
-class AddWritePermOfBrokerResponseHeader:
+class AddWritePermOfBrokerResponseHeader(HeaderBase):
     add_topic_count: int
 
 
 @header
-class QueryDataVersionRequestHeader:
+class QueryDataVersionRequestHeader(HeaderBase):
     broker_name: str
     broker_addr: str
     cluster_name: str
@@ -481,30 +531,30 @@ class QueryDataVersionRequestHeader:
 
 
 @header
-class QueryDataVersionResponseHeader:
+class QueryDataVersionResponseHeader(HeaderBase):
     changed: bool
 
 
 @header
-class GetKVConfigRequestHeader:
+class GetKVConfigRequestHeader(HeaderBase):
     namespace: str
     key: str
 
 
 @header
-class GetKVConfigResponseHeader:
+class GetKVConfigResponseHeader(HeaderBase):
     value: str | None = None
 
 
 @header
-class PutKVConfigRequestHeader:
+class PutKVConfigRequestHeader(HeaderBase):
     namespace: str
     key: str
     value: str
 
 
 @header
-class DeleteKVConfigRequestHeader:
+class DeleteKVConfigRequestHeader(HeaderBase):
     namespace: str
     key: str
 
@@ -512,7 +562,7 @@ class DeleteKVConfigRequestHeader:
 # ---- broker -> client (spec 2.1, client-side receivers) -------------------------------------------------------
 
 @header
-class ResetOffsetRequestHeader:
+class ResetOffsetRequestHeader(HeaderBase):
     topic: str
     group: str
     timestamp: int
@@ -520,15 +570,15 @@ class ResetOffsetRequestHeader:
 
 
 @header
-class GetConsumerRunningInfoRequestHeader:
+class GetConsumerRunningInfoRequestHeader(HeaderBase):
     consumer_group: str
     client_id: str = wire("clientId")
     jstack_enable: bool = False
 
 
 @header
-class ConsumeMessageDirectlyResultRequestHeader:
+class ConsumeMessageDirectlyResultRequestHeader(HeaderBase):
     consumer_group: str
-    client_id: str | None = wire("clientId", None)
+    client_id: str | None = wire("clientId", default=None)
     msg_id: str | None = None
     broker_name: str | None = None

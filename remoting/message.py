@@ -170,7 +170,7 @@ def _unsigned_hash(s: str) -> int:
         wide = memoryview(s.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")
         h = 0
         for start in range(0, len(wide), 256):  # h * 31^len(part) + hash(part), part by part
-            part = wide[start : start + 256]
+            part: memoryview | bytes = wide[start : start + 256]
             h = (h * _POWERS_31[len(part)] + sum(map(mul, part[::-1], _POWERS_31))) & 0xFFFFFFFF
         return h
     if len(units) <= 64:
@@ -245,7 +245,7 @@ def decode_message_id(msg_id: str) -> tuple[str, int, int]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _host(value: tuple[str, int] | list) -> tuple[str, int]:
+def _host(value: tuple[str, int] | list[str | int]) -> tuple[str, int]:
     return (str(value[0]), int(value[1]))
 
 

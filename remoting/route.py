@@ -12,7 +12,7 @@ clients decode both. One set of records for both sides::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -26,7 +26,7 @@ __all__ = ["QueueData", "BrokerData", "TopicRouteData"]
 _READ_WRITE = int(Permission.READ | Permission.WRITE)
 
 
-def _addrs(value: Mapping[Any, Any]) -> dict[int, str]:
+def _addrs(value: Mapping[int, str] | Mapping[str, str]) -> dict[int, str]:
     # fastjson writes bare numeric keys, standard JSON quoted ones: both mean the broker id
     return {int(k): str(v) for k, v in value.items()}
 
@@ -41,7 +41,7 @@ class QueueData:
     perm: int = attrs.field(converter=int)  # Permission bits (6 = read and write)
     topic_sys_flag: int = attrs.field(default=0, converter=int)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         # both spellings of the sys flag: topicSynFlag (<= 4.8.0) and topicSysFlag (4.9.0+); clients ignore it
         return {
             "brokerName": self.broker_name,
@@ -53,7 +53,7 @@ class QueueData:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> QueueData:
+    def from_json(cls, data: Mapping[str, Any]) -> QueueData:  # type: ignore[explicit-any]  # decoded JSON
         return cls(
             str(data["brokerName"]),
             data.get("readQueueNums", 0),
@@ -87,7 +87,7 @@ class BrokerData:
         """The master, else any slave."""
         return self.broker_addrs.get(MASTER_ID) or next(iter(self.broker_addrs.values()), None)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "brokerAddrs": dict(sorted(self.broker_addrs.items())),
             "brokerName": self.broker_name,
@@ -95,19 +95,27 @@ class BrokerData:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BrokerData:
+    def from_json(cls, data: Mapping[str, Any]) -> BrokerData:  # type: ignore[explicit-any]  # decoded JSON
         return cls(str(data.get("cluster", "")), str(data["brokerName"]), data.get("brokerAddrs") or {})
+
+
+def _queue_datas(value: Iterable[QueueData]) -> tuple[QueueData, ...]:
+    return tuple(value)
+
+
+def _broker_datas(value: Iterable[BrokerData]) -> tuple[BrokerData, ...]:
+    return tuple(value)
 
 
 @attrs.frozen
 class TopicRouteData:
     """A GET_ROUTEINFO_BY_TOPIC answer (spec 4.1)."""
 
-    queue_datas: tuple[QueueData, ...] = attrs.field(default=(), converter=tuple)
-    broker_datas: tuple[BrokerData, ...] = attrs.field(default=(), converter=tuple)
+    queue_datas: tuple[QueueData, ...] = attrs.field(default=(), converter=_queue_datas)
+    broker_datas: tuple[BrokerData, ...] = attrs.field(default=(), converter=_broker_datas)
     order_topic_conf: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "brokerDatas": [b.to_json() for b in self.broker_datas],
             "filterServerTable": {},
@@ -116,7 +124,8 @@ class TopicRouteData:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> TopicRouteData:
+    def from_json(cls, data: Mapping[str, Any]) -> TopicRouteData:  # type: ignore[explicit-any]  # decoded JSON
+        """A decoded route document (JSON of any shape: what does not convert raises ProtocolError)."""
         try:
             return cls(
                 tuple(QueueData.from_json(q) for q in data.get("queueDatas") or ()),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket as _stdlib_socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, ValuesView
 
 import trio
 
@@ -73,7 +73,7 @@ class RemotingServer:
         return f"<RemotingServer {self.name} {self.host}:{self.port or self.requested_port}>"
 
     @property
-    def connections(self):
+    def connections(self) -> ValuesView[Connection]:
         """Live view of the open connections (a dict values view; copy it before awaiting while iterating)."""
         return self._conns.values()
 

@@ -15,9 +15,7 @@ import base64
 import hashlib
 import hmac
 from collections.abc import Mapping
-from typing import Any
-
-from .command import RemotingCommand, ext_value_text
+from .command import Body, RemotingCommand, ext_value_text
 
 __all__ = [
     "ACCESS_KEY",
@@ -37,7 +35,7 @@ SECURITY_TOKEN = "SecurityToken"
 UNSIGNED_FIELDS = frozenset({SIGNATURE, "_UNIQUE_KEY_QUERY"})
 
 
-def _content_mac(secret_key: str, ext_fields: Mapping[str, Any], body: Any) -> hmac.HMAC:
+def _content_mac(secret_key: str, ext_fields: Mapping[str, object], body: Body | str) -> hmac.HMAC:
     mac = hmac.new(secret_key.encode(), digestmod=hashlib.sha1)
     text = "".join(
         ext_value_text(ext_fields[key]) for key in sorted(ext_fields)
@@ -55,7 +53,7 @@ def _content_mac(secret_key: str, ext_fields: Mapping[str, Any], body: Any) -> h
     return mac
 
 
-def sign(secret_key: str, ext_fields: Mapping[str, Any], body: Any = b"") -> str:
+def sign(secret_key: str, ext_fields: Mapping[str, object], body: Body | str = b"") -> str:
     """The base64 HMAC-SHA1 signature of ``ext_fields`` (minus the unsigned fields) and ``body``."""
     return base64.b64encode(_content_mac(secret_key, ext_fields, body).digest()).decode()
 

@@ -8,6 +8,7 @@ it is a few microseconds per message. Durability is the flush policy's job (:mod
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -47,11 +48,14 @@ log = logging.getLogger(__name__)
 _crc32 = zlib.crc32
 #: where the header fields a batch's records share start (SYSFLAG; the 36 bytes before are the record's own)
 _SHARED_AT = 36
+#: ``pack_into(buffer, position, TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, shared
+#: bytes, BODYLENGTH)``: a batch record's header
+_BatchHeaderPack = Callable[[mmap.mmap, int, int, int, int, int, int, int, int, bytes, int], None]
 #: ``pack_into`` of a batch record's header (its own fields, the shared bytes, BODYLENGTH) by shared length
-_BATCH_HEADERS: dict[int, Callable[..., None]] = {}
+_BATCH_HEADERS: dict[int, _BatchHeaderPack] = {}
 
 
-def _batch_header(shared_len: int) -> Callable[..., None]:
+def _batch_header(shared_len: int) -> _BatchHeaderPack:
     pack = _BATCH_HEADERS[shared_len] = struct.Struct(f">iIiiiqq{shared_len}si").pack_into
     return pack
 _SHORT_pack_into = SHORT.pack_into
@@ -387,6 +391,7 @@ class CommitLog:
         pos = offset - mf.file_from_offset
         if pos + 8 > mf.wrote_position:
             return None
+        size: int
         size, magic = BLANK.unpack_from(mf.mm, pos)
         if magic != MESSAGE_MAGIC_CODE or size < RECORD_FIXED_SIZE or pos + size > mf.wrote_position:
             return None
@@ -408,7 +413,8 @@ class CommitLog:
         if pos + 76 > mf.wrote_position:
             return -1
         sys_flag = INT.unpack_from(mf.mm, pos + 36)[0]
-        return LONG.unpack_from(mf.mm, pos + store_timestamp_pos(sys_flag))[0]
+        timestamp: int = LONG.unpack_from(mf.mm, pos + store_timestamp_pos(sys_flag))[0]
+        return timestamp
 
     # -- scanning (recovery, dump) -----------------------------------------------------------------------------
     def read_header(self, mf: MappedFile, pos: int, limit: int, check_crc: bool) -> RecordHeader | int | str:
@@ -437,7 +443,7 @@ END_OF_FILE = -1
 
 
 def read_record_header(
-    buf, pos: int, limit: int, base: int, check_crc: bool
+    buf: mmap.mmap | bytes | bytearray | memoryview, pos: int, limit: int, base: int, check_crc: bool
 ) -> RecordHeader | int | str:
     """Read the record at ``pos`` (relative) of ``buf`` whose valid data ends at ``limit``.
 

@@ -24,22 +24,22 @@ def _flush_type(value: FlushDiskType | str) -> FlushDiskType:
     return FlushDiskType(str(value).upper())
 
 
-def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _positive(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value <= 0:
         raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
 
 
-def _cq_size(instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _cq_size(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if value <= 0 or value % CQ_STORE_UNIT_SIZE:
         raise ValueError(f"{attribute.name} must be a positive multiple of {CQ_STORE_UNIT_SIZE}, got {value!r}")
 
 
-def _ratio(instance: object, attribute: attrs.Attribute, value: int) -> None:
+def _ratio(instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if not 10 <= value <= 95:
         raise ValueError(f"{attribute.name} must be a percentage in [10, 95], got {value!r}")
 
 
-def _delete_when(instance: object, attribute: attrs.Attribute, value: str) -> None:
+def _delete_when(instance: object, attribute: attrs.Attribute[str], value: str) -> None:
     try:
         hours = [int(h) for h in value.split(";") if h.strip()]
     except ValueError:

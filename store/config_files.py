@@ -16,7 +16,8 @@ import os
 import re
 import shutil
 import time
-from typing import Any
+from collections.abc import Hashable, Mapping
+from typing import cast
 
 from .checkpoint import _fsync_dir
 from .errors import ConfigFileError
@@ -53,7 +54,7 @@ class _Parser:
             i += 1
         self.i = i
 
-    def value(self) -> Any:
+    def value(self) -> object:
         self.ws()
         if self.i >= len(self.s):
             raise self.error("unexpected end of input")
@@ -81,7 +82,8 @@ class _Parser:
     def string(self) -> str:
         quote = self.s[self.i]
         if quote == '"':
-            value, self.i = json.decoder.scanstring(self.s, self.i + 1)
+            value: str
+            value, self.i = json.decoder.scanstring(self.s, self.i + 1)  # type: ignore[attr-defined]  # not in typeshed
             return value
         # single-quoted: translate to a double-quoted JSON string
         j = self.i + 1
@@ -96,16 +98,17 @@ class _Parser:
         if j >= len(self.s):
             raise self.error("unterminated string")
         self.i = j + 1
-        return json.loads('"' + "".join(out).replace("\\'", "'") + '"')
+        text: str = json.loads('"' + "".join(out).replace("\\'", "'") + '"')
+        return text
 
-    def key(self) -> Any:
+    def key(self) -> Hashable:
         self.ws()
         c = self.s[self.i] if self.i < len(self.s) else ""
         if c == "{":
             # fastjson object key (e.g. a MessageQueue): a hashable tuple of its sorted items
             items = self.obj().items()
             try:
-                key = tuple(sorted(items))
+                key: Hashable = tuple(sorted(items))
                 hash(key)
             except TypeError:  # keys of mixed types, or array values: no MessageQueue looks like that
                 raise self.error("object used as a key holds arrays or mixed key types") from None
@@ -115,9 +118,9 @@ class _Parser:
             raise self.error("an array or object cannot be a key here")
         return key
 
-    def obj(self) -> dict:
+    def obj(self) -> dict[Hashable, object]:
         self.i += 1
-        out: dict = {}
+        out: dict[Hashable, object] = {}
         self.ws()
         if self.s.startswith("}", self.i):
             self.i += 1
@@ -142,9 +145,9 @@ class _Parser:
                 return out
             raise self.error("expected ',' or '}'")
 
-    def arr(self) -> list:
+    def arr(self) -> list[object]:
         self.i += 1
-        out: list = []
+        out: list[object] = []
         self.ws()
         if self.s.startswith("]", self.i):
             self.i += 1
@@ -161,7 +164,7 @@ class _Parser:
             raise self.error("expected ',' or ']'")
 
 
-def fastjson_loads(text: str) -> Any:
+def fastjson_loads(text: str) -> object:
     """Parse JSON as fastjson writes it (bare numeric keys become ``int``)."""
     p = _Parser(text)
     value = p.value()
@@ -171,14 +174,14 @@ def fastjson_loads(text: str) -> Any:
     return value
 
 
-def fastjson_dumps(value: Any, *, pretty: bool = True) -> str:
+def fastjson_dumps(value: object, *, pretty: bool = True) -> str:
     """Serialise like fastjson: ``int`` map keys bare, tab-indented when ``pretty``."""
     out: list[str] = []
     _dump(value, out, 0 if pretty else None)
     return "".join(out)
 
 
-def _dump(v: Any, out: list[str], level: int | None) -> None:
+def _dump(v: object, out: list[str], level: int | None) -> None:
     if isinstance(v, dict):
         if not v:
             out.append("{}")
@@ -255,7 +258,7 @@ class ConfigFile:
         #: which file the last load() used ("" when neither existed)
         self.loaded_from = ""
 
-    def load(self) -> Any | None:
+    def load(self) -> dict[str, object] | None:
         errors = []
         for candidate in (self.path, self.path + ".bak"):
             try:
@@ -286,7 +289,7 @@ class ConfigFile:
             raise ConfigFileError(self.path, "; ".join(errors))
         return None
 
-    def save(self, value: Any) -> bool:
+    def save(self, value: object) -> bool:
         """Write the file; False when the disk refused (logged, the old file and its .bak intact). Like RocketMQ's
         ``ConfigManager.persist``, a failed save never fails the request that changed the table: on a full disk a
         consumer's heartbeat or pull must go on."""
@@ -298,7 +301,7 @@ class ConfigFile:
         return True
 
 
-def data_version(counter: int = 0, timestamp: int | None = None) -> dict:
+def data_version(counter: int = 0, timestamp: int | None = None) -> dict[str, int]:
     """RocketMQ ``DataVersion`` shape."""
     return {"counter": counter, "timestamp": int(time.time() * 1000) if timestamp is None else timestamp}
 
@@ -306,26 +309,36 @@ def data_version(counter: int = 0, timestamp: int | None = None) -> dict:
 class TopicsFile(ConfigFile):
     """``topics.json``: ``{"dataVersion": {...}, "topicConfigTable": {"<topic>": {TopicConfig}}}``."""
 
-    def load_table(self) -> tuple[dict[str, dict], dict]:
+    def load_table(self) -> tuple[dict[str, dict[str, object]], dict[str, object]]:
         value = self.load() or {}
-        return dict(value.get("topicConfigTable") or {}), dict(value.get("dataVersion") or data_version())
+        return (
+            dict(cast("dict[str, dict[str, object]]", value.get("topicConfigTable") or {})),
+            dict(cast("dict[str, object]", value.get("dataVersion") or data_version())),
+        )
 
-    def save_table(self, table: dict[str, dict], version: dict) -> None:
+    def save_table(self, table: dict[str, dict[str, object]], version: Mapping[str, object]) -> None:
         self.save({"dataVersion": version, "topicConfigTable": table})
 
 
 class SubscriptionGroupFile(ConfigFile):
     """``subscriptionGroup.json``: ``{"dataVersion": {...}, "subscriptionGroupTable": {"<group>": {...}}}``."""
 
-    def load_table(self) -> tuple[dict[str, dict], dict]:
+    def load_table(self) -> tuple[dict[str, dict[str, object]], dict[str, object]]:
         value = self.load() or {}
-        return dict(value.get("subscriptionGroupTable") or {}), dict(value.get("dataVersion") or data_version())
+        return (
+            dict(cast("dict[str, dict[str, object]]", value.get("subscriptionGroupTable") or {})),
+            dict(cast("dict[str, object]", value.get("dataVersion") or data_version())),
+        )
 
-    def save_table(self, table: dict[str, dict], version: dict) -> None:
+    def save_table(self, table: dict[str, dict[str, object]], version: Mapping[str, object]) -> None:
         self.save({"dataVersion": version, "subscriptionGroupTable": table})
 
 
-def _int_keys(d: dict) -> dict[int, int]:
+#: a table of numbers read from JSON: keys bare (int) or quoted (str), values numbers (or their text)
+_NumberTable = Mapping[int | str, int | str]
+
+
+def _int_keys(d: _NumberTable) -> dict[int, int]:
     return {int(k): int(v) for k, v in (d or {}).items()}
 
 
@@ -334,7 +347,8 @@ class ConsumerOffsetFile(ConfigFile):
 
     def load_table(self) -> dict[str, dict[int, int]]:
         value = self.load() or {}
-        return {str(k): _int_keys(v) for k, v in (value.get("offsetTable") or {}).items()}
+        table = cast("dict[str, _NumberTable]", value.get("offsetTable") or {})
+        return {str(k): _int_keys(v) for k, v in table.items()}
 
     def save_table(self, table: dict[str, dict[int, int]]) -> None:
         self.save({"offsetTable": {k: {int(q): int(o) for q, o in v.items()} for k, v in table.items()}})
@@ -345,7 +359,7 @@ class DelayOffsetFile(ConfigFile):
 
     def load_table(self) -> dict[int, int]:
         value = self.load() or {}
-        return _int_keys(value.get("offsetTable") or {})
+        return _int_keys(cast(_NumberTable, value.get("offsetTable") or {}))
 
     def save_table(self, table: dict[int, int]) -> None:
         self.save({"offsetTable": {int(k): int(v) for k, v in table.items()}})

@@ -179,8 +179,8 @@ class Dispatchers:
     (:meth:`failed`) and the next one still runs.
     """
 
-    def __init__(self, queue: Dispatcher, *others: Dispatcher) -> None:
-        #: the consume-queue dispatcher (the one whose failure is the caller's failure)
+    def __init__(self, queue: RecoverableDispatcher, *others: Dispatcher) -> None:
+        #: the consume-queue dispatcher (the one whose failure is the caller's failure; recovery asks it what it has)
         self.queue = queue
         self._list: list[Dispatcher] = []
         #: bound ``dispatch`` methods in the same order as the dispatchers: what the hot path iterates

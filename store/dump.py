@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-from .checkpoint import CHECKPOINT
 from .commitlog import END_OF_FILE, RecordHeader, read_record_header
 from .consume_queue import BLANK_SIZE
 from .format import (
     BLANK,
+    CHECKPOINT,
     CQ_UNIT,
     INDEX_ENTRY,
     INDEX_HEADER,
@@ -80,7 +80,7 @@ class _Dumper:
         for name in others:
             self.p(f"  (other file) {name}  {os.path.getsize(os.path.join(d, name))} bytes")
 
-    def _segment(self, mm, start: int, size: int) -> None:
+    def _segment(self, mm: mmap.mmap | bytes, start: int, size: int) -> None:
         pos = 0
         records = 0
         while True:

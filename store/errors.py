@@ -6,7 +6,7 @@ Each carries what a user needs to find the problem: the file and the byte positi
 from __future__ import annotations
 
 # a record that does not decode: raised by the message codec the store shares with the wire (pyrmq.remoting.message)
-from pyrmq.remoting.errors import CorruptRecordError  # noqa: F401
+from pyrmq.remoting.errors import CorruptRecordError as CorruptRecordError
 
 
 class StoreError(Exception):

@@ -32,7 +32,7 @@ class FlushTarget(Protocol):
 
 
 class FlushPolicy(Protocol):
-    async def run(self, target: FlushTarget, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, target: FlushTarget, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; call ``task_status.started()`` when ready."""
         ...
 
@@ -98,7 +98,7 @@ class GroupCommitService(_WaitingPolicy):
         super().__init__()
         self.idle_flush_interval = idle_flush_interval
 
-    async def run(self, target: FlushTarget, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, target: FlushTarget, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._running = True
         task_status.started()
         try:
@@ -132,7 +132,7 @@ class AsyncFlushService(_WaitingPolicy):
         self.least_bytes = least_pages * page_size
         self.thorough_interval = thorough_interval
 
-    async def run(self, target: FlushTarget, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, target: FlushTarget, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self._running = True
         task_status.started()
         last_thorough = trio.current_time()

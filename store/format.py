@@ -64,6 +64,22 @@ from pyrmq.remoting.message import (  # noqa: F401 - re-exported: the store's an
     unsigned_hash,
 )
 
+# this module's layouts, then the message codec re-exported under the names the store and older callers use
+__all__ = [
+    "BLANK_MAGIC_CODE", "BLANK", "END_FILE_MIN_BLANK_LENGTH", "CQ_UNIT", "CQ_BLANK_UNIT", "INDEX_HEADER",
+    "INDEX_ENTRY", "INDEX_SLOT", "CHECKPOINT", "CHECKPOINT_FILE_SIZE", "index_key_hash", "find_property",
+    "drop_property", "BATCH_ENTRY_HEAD", "BORNHOST_V6_FLAG", "COMPRESSED_FLAG", "HEADER", "HEADER_STRUCTS", "INT",
+    "KEY_SEPARATOR", "LONG", "MAX_PROPERTIES_LENGTH", "MAX_TOPIC_LENGTH", "MESSAGE_MAGIC_CODE",
+    "MESSAGE_MAGIC_CODE_V2", "MULTI_TAGS_FLAG", "NAME_VALUE_SEPARATOR", "PREFIX", "PROPERTY_DELAY_TIME_LEVEL",
+    "PROPERTY_KEYS", "PROPERTY_SEPARATOR", "PROPERTY_TAGS", "PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX",
+    "PROPERTY_WAIT_STORE_MSG_OK", "RECORD_FIXED_SIZE", "SHORT", "STOREHOSTADDRESS_V6_FLAG",
+    "TRANSACTION_COMMIT_TYPE", "TRANSACTION_NOT_TYPE", "TRANSACTION_PREPARED_TYPE", "TRANSACTION_ROLLBACK_TYPE",
+    "TRANSACTION_TYPE_MASK", "UBYTE", "BatchEntry", "MessageRecord", "StoredMessage", "body_crc", "combine_hash",
+    "decode_batch_body", "decode_message", "decode_message_id", "decode_messages", "decode_properties",
+    "encode_batch_body", "encode_message_id", "encode_properties", "encode_record", "java_string_hash", "pack_host",
+    "record_length", "store_timestamp_pos", "tags_hash_code", "unpack_ip", "unsigned_hash",
+]
+
 # End of a commit-log segment (spec 5.1): the bytes left in the segment, BLANK magic
 BLANK_MAGIC_CODE = 0xCBD43194
 BLANK = struct.Struct(">iI")  # TOTALSIZE (= bytes left in the segment), BLANK magic

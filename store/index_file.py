@@ -129,6 +129,14 @@ class KeyHasher:
 
 
 class IndexFile:
+    # the header fields (spec 6.4), read from the file in __init__
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
     def __init__(self, path: str, hash_slot_num: int, index_num: int, *, create: bool, preallocate: bool = False) -> None:
         self.path = path
         self.hash_slot_num = hash_slot_num
@@ -480,7 +488,7 @@ class IndexDispatcher:
             return
         self._queue_keys(batch.topic, zip(batch.offsets, batch.keys, batch.uniq_keys, repeat(batch.store_timestamp)))
 
-    def _queue_keys(self, topic: str, rows: Iterable[tuple[int, str, str, int]]) -> None:
+    def _queue_keys(self, topic: str, rows: Iterable[tuple[int, str | None, str | None, int]]) -> None:
         """Queue the entries of ``rows`` (commit-log offset, KEYS, UNIQ_KEY, store timestamp; ascending offsets): for
         each record the UNIQ_KEY, then each non-empty KEYS entry (Java's order), keyed ``topic#key``, the usual key
         hash (see :class:`KeyHasher`) inlined."""
@@ -490,6 +498,7 @@ class IndexDispatcher:
         last = self._last_offset
         pending = self._pending
         append = pending.append
+        todo: list[str] | tuple[str]
         for offset, keys, uniq_key, ts in rows:
             if offset <= last:
                 continue  # already indexed (recovery replay)

@@ -12,6 +12,7 @@ import errno
 import logging
 import mmap
 import os
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -21,6 +22,9 @@ MADV_DONTNEED = 4
 MADV_POPULATE_WRITE = 23  # Linux >= 5.14
 _WARM_CHUNK = 2 << 20
 
+#: libc's madvise / msync (address, length, advice or flags) -> 0 or -1, None where ctypes cannot load them
+_madvise: Callable[[int, int, int], int] | None
+_msync: Callable[[int, int, int], int] | None
 try:
     _libc = ctypes.CDLL(None, use_errno=True)
     _madvise = _libc.madvise
@@ -168,7 +172,8 @@ class MappedFile:
         except ValueError:  # closed
             return
         try:
-            if _msync(self.address + start, end - start, MS_SYNC) != 0:
+            # flush() calls this only when libc's msync is loaded
+            if _msync(self.address + start, end - start, MS_SYNC) != 0:  # type: ignore[misc]
                 err = ctypes.get_errno()
                 raise OSError(err, f"{self.path}: msync: {os.strerror(err)}")
         finally:

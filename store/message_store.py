@@ -24,6 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import trio
 
@@ -64,7 +65,7 @@ class _CommitLogFlushTarget:
 
     def __init__(self, store: MessageStore) -> None:
         self.commit_log = store.commit_log
-        self.checkpoint = store.checkpoint
+        self.checkpoint = cast(StoreCheckpoint, store.checkpoint)  # made by load() before this
 
     @property
     def flushed_offset(self) -> int:
@@ -201,7 +202,7 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
             raise StoreLockedError(self.config.lock_path) from None
         self._lock_fd = fd
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the background services (commit-log flush, consume-queue/index flush + checkpoint, retention)
         until cancelled; ``task_status.started()`` once they all run. Call :meth:`close` (or :meth:`aclose`)
         afterwards for the final flush."""
@@ -303,7 +304,7 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
             self.load()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- topics ------------------------------------------------------------------------------------------------

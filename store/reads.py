@@ -49,7 +49,7 @@ class _CallableFilter:
 def _readable(units: Iterable[tuple[int, int, int]], top: int) -> list[tuple[int, int, int]] | None:
     """The leading ``units`` whose record ends at or before commit-log offset ``top``; None when the first one is
     already beyond it (the queue has nothing readable yet)."""
-    kept = []
+    kept: list[tuple[int, int, int]] = []
     for unit in units:
         if unit[0] + unit[1] > top and unit[1] != BLANK_SIZE:
             return kept or None
@@ -103,7 +103,7 @@ class StoreReads:
         if offset > max_offset:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
         max_units = max(cfg.max_filter_message_count, max_msg_nums * 20) // 20
-        units = cq.units_from(offset, max_units)
+        units: Iterable[tuple[int, int, int]] | None = cq.units_from(offset, max_units)
         if units is None:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
         if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
@@ -112,7 +112,7 @@ class StoreReads:
         cq_check_at = getattr(message_filter, "is_matched_by_consume_queue_at", None)
         max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
         max_bytes = cfg.max_transfer_bytes_on_message_in_memory
-        buffers: list = []
+        buffers: list[memoryview] = []
         queue_offsets: list[int] = []
         total = 0
         scanned = 0
@@ -151,8 +151,9 @@ class StoreReads:
                 if phy + size > mf_end:
                     continue
             pos = phy - mf_start
-            view = mf.view[pos : pos + size]
-            if message_filter is not None and not message_filter.is_matched_by_commit_log(view):
+            view = mf.view[pos : pos + size]  # type: ignore[union-attr]  # set: [mf_start, mf_end) is empty until it is
+            # a plain callable was wrapped in a _CallableFilter above
+            if message_filter is not None and not message_filter.is_matched_by_commit_log(view):  # type: ignore[union-attr]
                 continue
             buffers.append(view)
             queue_offsets.append(offset + scanned - 1)

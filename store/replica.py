@@ -4,15 +4,14 @@ them at the same offsets and re-dispatches the records they complete.
 
 from __future__ import annotations
 
-from typing import Any
-
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueueStore
 from .dispatch import Dispatchers
-from .index_file import IndexDispatcher
+from .index_file import IndexDispatcher, IndexService
 from .reput import TagsCodeResolver, dispatch_range
 
 log = logging.getLogger("pyrmq.store")
@@ -25,12 +24,15 @@ class StoreReplication:
     consume_queues: ConsumeQueueStore
     dispatchers: Dispatchers
     index_dispatcher: IndexDispatcher
-    index: Any
+    index: IndexService
     tags_code_resolver: TagsCodeResolver | None
     _unavailable: str | None
     _read_only: str | None
     #: where the slave's dispatch stands: the end of the last complete replicated record (None before any)
     _replica_dispatched: int | None
+
+    if TYPE_CHECKING:
+        def _refresh_refusal(self) -> None: ...  # StoreWrites has it (MessageStore's first base)
 
     def get_commit_log_data(self, offset: int, max_bytes: int = 32 * 1024) -> memoryview | None:
         """Raw commit-log bytes from ``offset`` to the end of its segment's data (for HA transfer)."""

@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 #: ``(topic, properties, store_timestamp) -> tags code or None``: lets a feature (the delay schedule) restore the
 #: tags code it put into its consume queue (spec 5.6: delivery time for ``SCHEDULE_TOPIC_XXXX``)
-TagsCodeResolver = Callable[[str, dict, int], "int | None"]
+TagsCodeResolver = Callable[[str, dict[str, str], int], "int | None"]
 
 
 def make_request(h: RecordHeader, resolver: TagsCodeResolver | None, recovering: bool) -> DispatchRequest:

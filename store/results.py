@@ -98,7 +98,7 @@ class GetMessageResult:
     min_offset: int
     max_offset: int
     #: zero-copy views of the stored records, in queue order; ``b"".join(buffers)`` is the pull body
-    buffers: list = attrs.field(factory=list)
+    buffers: list[memoryview] = attrs.field(factory=list)
     queue_offsets: list[int] = attrs.field(factory=list)
     buffer_total_size: int = 0
     suggest_pulling_from_slave: bool = False
@@ -120,7 +120,7 @@ class GetMessageResult:
 
 @attrs.define(slots=True)
 class QueryMessageResult:
-    buffers: list = attrs.field(factory=list)
+    buffers: list[memoryview] = attrs.field(factory=list)
     index_last_update_timestamp: int = 0
     index_last_update_phyoffset: int = 0
 

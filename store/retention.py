@@ -124,7 +124,7 @@ class RetentionService:
                 break
         return deleted
 
-    async def run(self, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         interval = self.config.clean_resource_interval / 1000
         while True:

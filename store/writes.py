@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import cast
 
 from .commitlog import AppendRejected, CommitLog
 from .dispatch import DispatchBatch, Dispatchers, DispatchRequest
@@ -26,7 +27,7 @@ from .format import (
     encode_properties,
     java_string_hash,
 )
-from .results import PutMessageResult, PutMessageStatus
+from .results import AppendMessageResult, PutMessageResult, PutMessageStatus
 
 log = logging.getLogger("pyrmq.store.message_store")
 
@@ -176,8 +177,8 @@ class StoreWrites:
             keys.append(properties.get(PROPERTY_KEYS))
             uniq_keys.append(properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
         self.dispatchers.dispatch_columns(DispatchBatch(
-            records[0].topic, records[0].queue_id, sys_flag, res.store_timestamp, res.queue_offset, res.offsets, sizes,
-            tags_codes, keys, uniq_keys, props,
+            records[0].topic, records[0].queue_id, sys_flag, res.store_timestamp, res.queue_offset,
+            cast("list[int]", res.offsets), sizes, tags_codes, keys, uniq_keys, props,  # a batch's result has offsets
         ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
@@ -226,21 +227,22 @@ class StoreWrites:
             keys.append(found.get(PROPERTY_KEYS) or None)
             uniq_keys.append(found.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None)
         self.dispatchers.dispatch_columns(DispatchBatch(
-            topic, queue_id, sys_flag, res.store_timestamp, res.queue_offset, res.offsets, sizes, tags_codes, keys,
-            uniq_keys, None, raw,
+            topic, queue_id, sys_flag, res.store_timestamp, res.queue_offset, cast("list[int]", res.offsets), sizes,
+            tags_codes, keys, uniq_keys, None, raw,  # a batch's result has offsets
         ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     async def wait_flushed(self, end_offset: int, timeout: float | None = None) -> bool:
         """Wait until the commit log is durable up to ``end_offset`` (group commit); False after the timeout
         (``sync_flush_timeout``, 5 s by default)."""
+        # the flush target is set by load(), before anything can be put
         return await self.flush_policy.wait_flushed(
-            self._flush_target, end_offset, self._sync_timeout if timeout is None else timeout
+            cast(FlushTarget, self._flush_target), end_offset, self._sync_timeout if timeout is None else timeout
         )
 
     async def _finish(self, result: PutMessageResult, wait: bool) -> PutMessageResult:
         if result.status is PutMessageStatus.PUT_OK and self._sync_flush and wait:
-            if not await self.wait_flushed(result.append.end_offset):
+            if not await self.wait_flushed(cast(AppendMessageResult, result.append).end_offset):  # PUT_OK has it
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
                 result.remark = f"flush did not complete within {self._sync_timeout:g} s"
         return result
