@@ -11,7 +11,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -256,13 +256,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class CliHooks(Protocol):
+    """What the CLI asks of the ``cli`` bundle's plugins (a HookRelay, or _NoHooks when they cannot load)."""
+
+    def add_options(self, command: str, parser: argparse.ArgumentParser) -> None: ...
+
+    def add_commands(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser], kernel_cli: Any) -> None: ...
+
+    def apply_options(self, command: str, args: argparse.Namespace, bundle: Bundle) -> Bundle: ...
+
+    def run_instead(self, command: str, args: argparse.Namespace) -> int | None: ...
+
+
 class _NoHooks:
     """The cli bundle's hooks when its plugins cannot be loaded (the error was printed): no options, no commands."""
 
     def add_options(self, command: str, parser: argparse.ArgumentParser) -> None:
         pass
 
-    def add_commands(self, subparsers: argparse._SubParsersAction, kernel_cli: Any) -> None:
+    def add_commands(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser], kernel_cli: Any) -> None:
         pass
 
     def apply_options(self, command: str, args: argparse.Namespace, bundle: Bundle) -> Bundle:
@@ -272,10 +284,10 @@ class _NoHooks:
         return None
 
 
-_CLI_HOOKS: Any = None
+_CLI_HOOKS: CliHooks | None = None
 
 
-def _cli_hooks() -> Any:
+def _cli_hooks() -> CliHooks:
     """The hooks of the ``cli`` bundle's plugins and third-party entry points (sub-commands, role-command options),
     loaded once per process."""
     global _CLI_HOOKS

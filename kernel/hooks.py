@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import pluggy
 
@@ -64,7 +64,7 @@ class HookRelay:
         results: list[Any] = []
         for impl in impl_order(self.pm, name):
             args = {arg: kwargs[arg] for arg in impl.argnames}
-            result = await impl.function(**args)
+            result = await cast("Awaitable[object]", impl.function(**args))
             if result is not None:
                 results.append(result)
         return results
@@ -81,11 +81,11 @@ class HookRelay:
         """Run every plugin's unconfigure; one failing plugin does not stop the others' final flush."""
         for impl in impl_order(self.pm, "pyrmq_unconfigure"):
             try:
-                await impl.function(**{arg: {"kernel": kernel}[arg] for arg in impl.argnames})
+                await cast("Awaitable[object]", impl.function(**{arg: {"kernel": kernel}[arg] for arg in impl.argnames}))
             except Exception:  # noqa: BLE001 - log and keep closing the rest
                 log.exception("plugin %s failed to unconfigure", impl.plugin_name)
 
-    def add_commands(self, subparsers: argparse._SubParsersAction, kernel_cli: Any) -> None:
+    def add_commands(self, subparsers: argparse._SubParsersAction[argparse.ArgumentParser], kernel_cli: Any) -> None:
         self._hook.pyrmq_add_commands(subparsers=subparsers, kernel_cli=kernel_cli)
 
     def add_options(self, command: str, parser: argparse.ArgumentParser) -> None:
@@ -97,11 +97,11 @@ class HookRelay:
             given = {"command": command, "args": args, "bundle": bundle}
             answer = impl.function(**{a: given[a] for a in impl.argnames})
             if answer is not None:
-                bundle = answer
+                bundle = cast("Bundle", answer)
         return bundle
 
     def run_instead(self, command: str, args: argparse.Namespace) -> int | None:
-        return self._hook.pyrmq_run_instead(command=command, args=args)
+        return cast("int | None", self._hook.pyrmq_run_instead(command=command, args=args))
 
     def register_settings(self) -> list[Declared]:
         """Every plugin's declared settings classes, by section, in registration order (``pyrmq_register_settings``)."""
@@ -128,7 +128,7 @@ class HookRelay:
         owner: dict[int, str] = {}
         for impl in impl_order(self.pm, "pyrmq_register_processors"):
             args = {"kernel": kernel, "role": role}
-            answer: Mapping[int, Processor] | None = impl.function(**{a: args[a] for a in impl.argnames})
+            answer = cast("Mapping[int, Processor] | None", impl.function(**{a: args[a] for a in impl.argnames}))
             for code, processor in (answer or {}).items():
                 code = int(code)
                 if code in table:
@@ -169,10 +169,10 @@ class HookRelay:
         await self.call_async("pyrmq_role_changed", kernel=kernel, change=change)
 
     def make_flush_policy(self, kernel: Kernel, config: Any) -> FlushPolicy | None:
-        return self._hook.pyrmq_make_flush_policy(kernel=kernel, config=config)
+        return cast("FlushPolicy | None", self._hook.pyrmq_make_flush_policy(kernel=kernel, config=config))
 
     def make_request_guard(self, kernel: Kernel, role: str) -> RequestGuard | None:
-        return self._hook.pyrmq_make_request_guard(kernel=kernel, role=role)
+        return cast("RequestGuard | None", self._hook.pyrmq_make_request_guard(kernel=kernel, role=role))
 
     def connection_opened(self, kernel: Kernel, role: str, connection: Any) -> None:
         self._hook.pyrmq_connection_opened(kernel=kernel, role=role, connection=connection)
@@ -186,17 +186,17 @@ class HookRelay:
         """``pyrmq_check_transaction``: the first non-None verdict in pluggy's order; UNKNOWN when none answers."""
         args = {"kernel": kernel, "message": message, "check_times": check_times}
         for impl in impl_order(self.pm, "pyrmq_check_transaction"):
-            answer = await impl.function(**{a: args[a] for a in impl.argnames})
+            answer = await cast("Awaitable[object]", impl.function(**{a: args[a] for a in impl.argnames}))
             if answer is not None:
-                return TransactionState(answer)
+                return TransactionState(cast(int, answer))
         return TransactionState.UNKNOWN
 
     # -- filter, allocate --------------------------------------------------------------------------------------
 
     def make_message_filter(self, kernel: Kernel, expression_type: str, expression: str) -> MessageFilter | None:
-        return self._hook.pyrmq_make_message_filter(
+        return cast("MessageFilter | None", self._hook.pyrmq_make_message_filter(
             kernel=kernel, expression_type=expression_type, expression=expression
-        )
+        ))
 
     def make_replicator(self, kernel: Kernel, broker: Any) -> Any:
         return self._hook.pyrmq_make_replicator(kernel=kernel, broker=broker)
@@ -204,7 +204,7 @@ class HookRelay:
     def register_allocate_strategies(self) -> dict[str, AllocateStrategy]:
         table: dict[str, AllocateStrategy] = {}
         for impl in impl_order(self.pm, "pyrmq_register_allocate_strategies"):
-            for name, strategy in (impl.function() or {}).items():
+            for name, strategy in (cast("Mapping[str, AllocateStrategy] | None", impl.function()) or {}).items():
                 table.setdefault(name, strategy)
         return table
 

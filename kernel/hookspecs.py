@@ -106,7 +106,7 @@ async def pyrmq_unconfigure(kernel: Kernel) -> None:
 
 
 @hookspec
-def pyrmq_add_commands(subparsers: argparse._SubParsersAction, kernel_cli: Any) -> None:
+def pyrmq_add_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], kernel_cli: Any) -> None:
     """Add sub-commands to the ``pyrmq`` command line (e.g. ``pyrmq export`` from the Spark plugin).
 
     Called by :mod:`pyrmq.kernel.cli` while it builds its argument parser, with the plugins of the ``cli`` bundle

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import attrs
 
@@ -43,7 +43,7 @@ class State:
 
     def get(self, key: StateKey[T]) -> T:
         try:
-            return self._values[key]
+            return cast(T, self._values[key])
         except KeyError:
             raise LookupError(f"no plugin has provided {key.name!r} (is the plugin that provides it in the bundle?)") from None
 

@@ -13,7 +13,7 @@ import functools
 import logging
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 import trio
 
@@ -77,7 +77,10 @@ async def _stop_on_signals(kernel: Kernel, *, task_status: trio.TaskStatus[None]
             return
 
 
-async def run_until_signal(kernel: Kernel, *, on_ready=None) -> None:
+OnReady = Callable[[Kernel, float], Awaitable[None]]
+
+
+async def run_until_signal(kernel: Kernel, *, on_ready: OnReady | None = None) -> None:
     """Serve ``kernel`` until SIGINT/SIGTERM or a stop request; ``await on_ready(kernel, seconds)`` once serving."""
     began = time.perf_counter()
     async with trio.open_nursery() as nursery:
@@ -94,6 +97,6 @@ async def run_until_signal(kernel: Kernel, *, on_ready=None) -> None:
             await on_ready(kernel, time.perf_counter() - began)
 
 
-def run(kernel: Kernel, *, on_ready=None) -> None:
+def run(kernel: Kernel, *, on_ready: OnReady | None = None) -> None:
     """Blocking entry point used by the CLI."""
     trio.run(functools.partial(run_until_signal, kernel, on_ready=on_ready))

@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import attrs
+from attrs import AttrsInstance
 
 from pyrmq.kernel.errors import ConfigError, PluginError
 
@@ -47,7 +48,7 @@ PLUGIN_SECTION_PREFIX = "plugins."
 def setting(default: T, *, check: Check | None = None, help: str = "", runtime: bool = False) -> T:
     """A declared key: its default, an optional check, one line of help (``pyrmq plugins --settings``), and whether
     UPDATE_BROKER_CONFIG may change it while the role runs (``runtime``)."""
-    return cast(T, attrs.field(default=default, metadata={"check": check, "help": help, "runtime": runtime}))
+    return attrs.field(default=default, metadata={"check": check, "help": help, "runtime": runtime})
 
 
 def one_of(*choices: str) -> Check:
@@ -130,7 +131,7 @@ def coerce(value: Any, kind: type, *, file: str, key: str) -> Any:
 def parse_class(cls: type[T], values: Mapping[str, Any], sources: Mapping[str, Source], *, default_file: str) -> T:
     """One settings class from ``values`` (only its own keys); every bad value names its file and key."""
     kwargs: dict[str, Any] = {}
-    for field in attrs.fields(cls):
+    for field in attrs.fields(cast("type[AttrsInstance]", cls)):
         if field.name not in values:
             continue
         raw = values[field.name]
@@ -184,7 +185,7 @@ class Settings:
         out: dict[str, Any] = {}
         for (sec, _), value in self._instances.items():
             if sec == section:
-                out.update(attrs.asdict(value, recurse=False))
+                out.update(attrs.asdict(cast(AttrsInstance, value), recurse=False))
         return out
 
     def items(self) -> Iterator[tuple[str, type, object]]:
@@ -208,8 +209,8 @@ class Settings:
             mine = {k: v for k, v in values.items() if k in attrs.fields_dict(cls)}
             if not mine:
                 continue
-            merged = {**attrs.asdict(old, recurse=False), **mine}
-            new = parse_class(cls, merged, {k: Source(source) for k in mine}, default_file=source)
+            merged = {**attrs.asdict(cast(AttrsInstance, old), recurse=False), **mine}
+            new: object = parse_class(cls, merged, {k: Source(source) for k in mine}, default_file=source)
             self._instances[(sec, cls)] = new
             changed.append((old, new))
         return changed

@@ -29,7 +29,7 @@ from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError, RemotingTimeout
-from pyrmq.remoting.headers import CreateTopicRequestHeader, header
+from pyrmq.remoting.headers import HeaderBase, CreateTopicRequestHeader, header
 from pyrmq.store.format import decode_message_id
 from pyrmq.store.retention import disk_usage_ratio
 
@@ -37,34 +37,34 @@ log = logging.getLogger("pyrmq.broker.admin")
 
 
 @header
-class TopicHeader:
+class TopicHeader(HeaderBase):
     topic: str
 
 
 @header
-class GroupHeader:
+class GroupHeader(HeaderBase):
     group_name: str
 
 
 @header
-class ConsumeStatsHeader:
+class ConsumeStatsHeader(HeaderBase):
     consumer_group: str
     topic: str | None = None
 
 
 @header
-class ProducerGroupHeader:
+class ProducerGroupHeader(HeaderBase):
     producer_group: str
 
 
 @header
-class CallConsumerHeader:
+class CallConsumerHeader(HeaderBase):
     consumer_group: str
     client_id: str
 
 
 @header
-class ViewBrokerStatsDataHeader:
+class ViewBrokerStatsDataHeader(HeaderBase):
     stats_name: str
     stats_key: str
 
@@ -78,7 +78,7 @@ CALL_CONSUMER_TIMEOUT = 10.0  # seconds, RocketMQ's Broker2Client.callClient
 
 
 @header
-class ResetOffsetHeader:
+class ResetOffsetHeader(HeaderBase):
     topic: str
     group: str
     timestamp: int

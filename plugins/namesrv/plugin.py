@@ -27,6 +27,7 @@ from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import (
+    HeaderBase,
     AddWritePermOfBrokerRequestHeader,
     DeleteKVConfigRequestHeader,
     GetKVConfigRequestHeader,
@@ -48,21 +49,21 @@ REGISTER_BODY_VERSION = 37
 
 
 @header
-class TopicRequestHeader:
+class TopicRequestHeader(HeaderBase):
     """DELETE_TOPIC_IN_NAMESRV (216)."""
 
     topic: str
 
 
 @header
-class ClusterRequestHeader:
+class ClusterRequestHeader(HeaderBase):
     """GET_TOPICS_BY_CLUSTER (224)."""
 
     cluster: str
 
 
 @header
-class NamespaceRequestHeader:
+class NamespaceRequestHeader(HeaderBase):
     """GET_KVLIST_BY_NAMESPACE (219)."""
 
     namespace: str
