@@ -3,7 +3,9 @@ trio.
 
 Switched on per role with RocketMQ 5.x's settings: ``metricsExporterType = "PROM"`` and ``metricsPromExporterPort``
 (default 5557; 0 = any free port) on ``metricsPromExporterHost`` (default: the role's ``listenHost``). Roles of one
-bundle that name the same host and port share one endpoint.
+bundle that name the same host and port share one endpoint. It answers only requests whose ``Host`` header names it
+(:class:`~pyrmq.plugins.builtin.hosts.HostRule`: the bound address, ``localhost``, ``127.0.0.1``, ``::1``, and the
+names in ``metricsPromExporterAllowedHosts``; 421 otherwise, 400 without one), so a DNS-rebinding page cannot read it.
 
 This plugin knows no feature: the series come from every plugin's ``pyrmq_register_metric_collectors`` (the broker
 core's traffic, lag, connections and storage in plugins/broker/metrics.py; transactions; the timer; the name server),
@@ -31,6 +33,7 @@ from prometheus_client.process_collector import ProcessCollector
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.kernel.settings import one_of, port as tcp_port, setting
+from pyrmq.plugins.builtin.hosts import HostRule, host_list_problem
 from pyrmq.plugins.builtin.remoting_server import SERVERS
 from pyrmq.remoting.codes import RPC_ONEWAY
 
@@ -129,9 +132,10 @@ class RpcLatency:
 class MetricsEndpoint:
     """One ``/metrics`` listener and the registry it serves."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, allowed_hosts: str = "") -> None:
         self.host = host
         self.port = port
+        self.hosts = HostRule(host, allowed_hosts)
         self.registry = CollectorRegistry(auto_describe=False)
         self.rpc_latency = RpcLatency()
         self.registry.register(self.rpc_latency)
@@ -148,6 +152,19 @@ class MetricsEndpoint:
         task_status.started(self.port)
         await trio.serve_listeners(self._handle, listeners)
 
+    def _host_problem(self, header_lines: list[str]) -> tuple[str, bytes] | None:
+        """(status, body) refusing a request whose Host header does not name this endpoint; None when it does."""
+        hosts = [value.strip() for name, _, value in (h.partition(":") for h in header_lines)
+                 if name.strip().lower() == "host"]
+        if len(hosts) > 1:
+            return "400 Bad Request", b"more than one Host header\n"
+        problem = self.hosts.problem(hosts[0] if hosts else None)
+        if problem is None:
+            return None
+        if problem[0] == 421:
+            return "421 Misdirected Request", f"{problem[1]}; see metricsPromExporterAllowedHosts\n".encode("latin-1", "replace")
+        return "400 Bad Request", f"{problem[1]}\n".encode("latin-1", "replace")
+
     async def _handle(self, stream: trio.SocketStream) -> None:
         async with stream:
             data = b""
@@ -157,9 +174,13 @@ class MetricsEndpoint:
                     if not chunk:
                         break
                     data += chunk
-            line = data.split(b"\r\n", 1)[0].decode("latin-1").split()
+            head_lines = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+            line = head_lines[0].split()
+            refused = self._host_problem(head_lines[1:])
             if len(line) < 2:
                 status, body, kind = "400 Bad Request", b"bad request line\n", "text/plain"
+            elif refused is not None:
+                (status, body), kind = refused, "text/plain"
             elif line[0] not in ("GET", "HEAD"):
                 status, body, kind = "405 Method Not Allowed", b"GET /metrics only\n", "text/plain"
             elif line[1].split("?", 1)[0] not in ("/metrics", "/"):
@@ -189,6 +210,10 @@ class MetricsSettings:
     metricsExporterType: str = setting("DISABLE", check=one_of("DISABLE", "PROM"), help="PROM serves /metrics")
     metricsPromExporterHost: str = setting("", help="default: the role's listenHost")
     metricsPromExporterPort: int = setting(5557, check=tcp_port, help="0 = any free port")
+    metricsPromExporterAllowedHosts: str = setting("", check=host_list_problem, help=(
+        "pyrmq: more names the scrape's Host header may carry, comma-separated (always: the bound address, "
+        "localhost, 127.0.0.1, ::1; bound to 0.0.0.0 or ::, also any IP address and this machine's name); "
+        "'*' = any"))
 
 
 @hookimpl(trylast=True)
@@ -204,6 +229,10 @@ def _exporter(kernel: Any, role: str) -> tuple[str, int] | None:
     return host, settings.metricsPromExporterPort
 
 
+def _allowed_hosts(kernel: Any, roles: list[str]) -> str:
+    return ",".join(kernel.settings(MetricsSettings, section=role).metricsPromExporterAllowedHosts for role in roles)
+
+
 def _role_labels(kernel: Any, role: str) -> tuple[str, str, str]:
     """5.x's (cluster, node_type, node_id) of a role's rpc latency: the broker's cluster and name (broker.conf keys)."""
     if role == "broker":
@@ -215,14 +244,16 @@ def _role_labels(kernel: Any, role: str) -> tuple[str, str, str]:
 @hookimpl(trylast=True)
 def pyrmq_configure(kernel: Any) -> None:
     endpoints: dict[str, MetricsEndpoint] = {}  # role -> endpoint (roles naming one address share it)
-    by_address: dict[tuple[str, int], MetricsEndpoint] = {}
-    for role in kernel.bundle.roles:
+    sharing: dict[tuple[str, int] | int, list[str]] = {}  # address (port 0: each role its own) -> roles
+    for n, role in enumerate(kernel.bundle.roles):
         address = _exporter(kernel, role)
-        if address is None:
-            continue
-        shared = by_address.get(address) if address[1] != 0 else None
-        endpoints[role] = shared or MetricsEndpoint(*address)
-        by_address[address] = endpoints[role]
+        if address is not None:
+            sharing.setdefault(address if address[1] != 0 else n, []).append(role)
+    for roles in sharing.values():
+        address = _exporter(kernel, roles[0])
+        assert address is not None
+        endpoint = MetricsEndpoint(*address, allowed_hosts=_allowed_hosts(kernel, roles))  # the names of every role
+        endpoints.update(dict.fromkeys(roles, endpoint))
     if endpoints:
         kernel.state.put(ENDPOINTS, endpoints)
 

@@ -1,6 +1,9 @@
 """The dashboard's pages: plain HTML rendered on the server, forms that POST and redirect, inline SVG charts.
 
-No script and nothing from the internet: the one stylesheet ships in the wheel (``static/dashboard.css``).
+No script and nothing from the internet: the one stylesheet ships in the wheel (``static/dashboard.css``). Every
+request passes :mod:`pyrmq.plugins.dashboard.security` first (Host, Origin, session cookie, headers); every POST form
+carries its session's token (:meth:`Dashboard.token_field`), checked by :meth:`Dashboard.writes` before the handler
+runs. GET requests change nothing on the brokers.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any
 
+import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
@@ -21,8 +25,9 @@ from starlette.routing import Route
 
 from pyrmq.client import BrokerError, dlq
 from pyrmq.client.message import MessageExt
-from pyrmq.plugins.dashboard.auth import COOKIE, SESSION_SECONDS, Sessions
+from pyrmq.plugins.dashboard.auth import TOKEN_FIELD, LoginLimiter, Sessions
 from pyrmq.plugins.dashboard.backend import FAILURES, Backend, Sample, Unsupported
+from pyrmq.plugins.dashboard.security import Facts, Security, SecurityMiddleware
 from pyrmq.remoting.codes import ResponseCode
 
 PAGE_SIZE = 20
@@ -95,8 +100,8 @@ def chart(samples: Sequence[Sample], *, width: int = 720, height: int = 160, cha
         f'<text x="{width - 60}" y="{height - 2}">{e(fmt_ms(t1)[11:19])}</text>'
         f'<polyline fill="none" stroke="#2a7" stroke-width="2" points="{points("put_tps")}"/>'
         + (f'<polyline fill="none" stroke="#27c" stroke-width="2" points="{points("get_tps")}"/>' if get else "")
-        + f"</svg><p>put <b style=\"color:#2a7\">{last.put_tps:.1f}</b> msg/s"
-        + (f", get <b style=\"color:#27c\">{last.get_tps:.1f}</b> msg/s" if get else "") + " (last sample)</p>"
+        + f'</svg><p>put <b class="put">{last.put_tps:.1f}</b> msg/s'
+        + (f', get <b class="get">{last.get_tps:.1f}</b> msg/s' if get else "") + " (last sample)</p>"
     )
 
 
@@ -114,18 +119,34 @@ def body_preview(body: bytes, view: str) -> str:
     return text
 
 
+def facts(request: Request) -> Facts:
+    return request.scope["dashboard"]
+
+
 class Dashboard:
-    def __init__(self, backend: Backend, sessions: Sessions | None = None) -> None:
+    def __init__(self, backend: Backend, sessions: Sessions, security: Security,
+                 limiter: LoginLimiter | None = None) -> None:
         self.backend = backend
         self.sessions = sessions
+        self.security = security
+        self.limiter = limiter or LoginLimiter()
+        self.hashing = trio.CapacityLimiter(2)  # password checks in flight (each takes ~32 MiB for ~0.1 s)
 
     # -- frame -----------------------------------------------------------------------------------------------
 
-    def page(self, request: Request, active: str, title: str, body: str) -> HTMLResponse:
-        user = request.scope.get("dashboard_user")
+    def token_field(self, request: Request) -> str:
+        """The hidden input every POST form carries: its session's token."""
+        return f'<input type="hidden" name="{TOKEN_FIELD}" value="{e(self.sessions.token(facts(request).session))}">'
+
+    def page(self, request: Request, active: str, title: str, body: str, *, status: int = 200) -> HTMLResponse:
+        user = facts(request).session.user
         nav = "".join(f'<a href="/{k}" class="{"on" if k == active else ""}">{e(v)}</a>' for k, v in NAV)
-        who = f'<span class="who">{e(user)} <a href="/logout">log out</a></span>' if user else ""
+        who = (f'<span class="who">{e(user)} <form method="post" action="/logout" class="inline" id="logout-form">'
+               f'{self.token_field(request)}<button id="logout">log out</button></form></span>' if user else "")
         flash = ""
+        if self.security.exposed:
+            flash += (f'<div class="error" id="insecure">No login (--insecure-no-login): anyone who can reach '
+                      f'{e(self.security.exposed)} can read and change this cluster here.</div>')
         if request.query_params.get("ok"):
             flash += f'<div class="ok" id="flash-ok">{e(request.query_params["ok"])}</div>'
         if request.query_params.get("err"):
@@ -133,16 +154,21 @@ class Dashboard:
         return HTMLResponse(
             f'<!doctype html><html><head><meta charset="utf-8"><title>{e(title)} - pyrmq</title>'
             f'<link rel="stylesheet" href="/static/dashboard.css"></head><body>'
-            f"<header><b>pyrmq</b>{nav}{who}</header><main><h1>{e(title)}</h1>{flash}{body}</main></body></html>"
+            f"<header><b>pyrmq</b>{nav}{who}</header><main><h1>{e(title)}</h1>{flash}{body}</main></body></html>",
+            status_code=status,
         )
+
+    def refused_token(self, request: Request) -> HTMLResponse:
+        return self.page(request, "", "Refused: stale or foreign form", (
+            '<div class="error" id="refused">The form did not carry this session\'s token: it was not sent from the '
+            "dashboard's own page, or the page is older than your session (a log-in, a log-out or a dashboard "
+            "restart starts a new one).</div><p>Reload the page and send the form again.</p>"), status=403)
 
     def guarded(self, handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
-            if self.sessions is not None:
-                user = self.sessions.user_of(request.cookies.get(COOKIE))
-                if user is None:
-                    return RedirectResponse("/login?next=" + q(request.url.path), 303)
-                request.scope["dashboard_user"] = user
+            if self.sessions.login_required and not facts(request).session.user:
+                path = request.url.path if request.method == "GET" else "/cluster"
+                return RedirectResponse("/login?next=" + q(path), 303)
             try:
                 return await handler(request)
             except Unsupported as exc:
@@ -160,6 +186,14 @@ class Dashboard:
                 return self.page(request, "", "Error", f'<div class="error">{e(type(exc).__name__)}: {e(exc)}</div>')
         return run
 
+    def writes(self, handler: Handler) -> Handler:
+        """A POST route: logged in (with a user file) and the form carries the session's token."""
+        async def checked(request: Request) -> Response:
+            if not self.sessions.token_ok(facts(request).session, (await self.form(request)).get(TOKEN_FIELD)):
+                return self.refused_token(request)
+            return await handler(request)
+        return self.guarded(checked)
+
     @staticmethod
     async def form(request: Request) -> dict[str, str]:
         return {k: v[-1] for k, v in urllib.parse.parse_qs((await request.body()).decode(), keep_blank_values=True).items()}
@@ -173,27 +207,45 @@ class Dashboard:
 
     async def login(self, request: Request) -> Response:
         nxt = request.query_params.get("next", "/cluster")
-        if not nxt.startswith("/") or nxt.startswith("//"):
+        if not nxt.startswith("/") or nxt.startswith("//") or "\\" in nxt:
             nxt = "/cluster"
+        f = await self.form(request) if request.method == "POST" else {}
+        if request.method == "POST" and not self.sessions.token_ok(facts(request).session, f.get(TOKEN_FIELD)):
+            return self.refused_token(request)
+        if not self.sessions.login_required:
+            return RedirectResponse(nxt, 303)
         error = ""
-        if request.method == "POST" and self.sessions is not None:
-            f = await self.form(request)
-            cookie = self.sessions.login(f.get("user", ""), f.get("password", ""))
-            if cookie:
-                resp = RedirectResponse(nxt, 303)
-                resp.set_cookie(COOKIE, cookie, max_age=SESSION_SECONDS, httponly=True, samesite="strict")
-                return resp
+        if request.method == "POST":
+            user, client = f.get("user", ""), facts(request).client
+            wait = self.limiter.wait(client, user)
+            if wait > 0:
+                page = self.page(request, "", "Log in", (
+                    f'<div class="error" id="login-error">too many failed log-ins: try again in {wait:.0f} s</div>'),
+                    status=429)
+                page.headers["retry-after"] = str(int(wait) + 1)
+                return page
+            async with self.hashing:
+                ok = await trio.to_thread.run_sync(self.sessions.check, user, f.get("password", ""))
+            if ok:
+                self.limiter.succeeded(client, user)
+                _session, cookie = self.sessions.new(user)  # a new session: new id, new form token
+                request.scope["dashboard_cookie"] = cookie
+                return RedirectResponse(nxt, 303)
+            self.limiter.failed(client, user)
             error = '<div class="error" id="login-error">wrong user name or password</div>'
-        body = (f'{error}<form method="post" action="/login?next={q(nxt)}">'
-                '<p><label>user <input name="user" id="user"></label></p>'
-                '<p><label>password <input name="password" id="password" type="password"></label></p>'
+        body = (f'{error}<form method="post" action="/login?next={q(nxt)}">{self.token_field(request)}'
+                '<p><label>user <input name="user" id="user" autocomplete="username"></label></p>'
+                '<p><label>password <input name="password" id="password" type="password" '
+                'autocomplete="current-password"></label></p>'
                 '<button id="login">log in</button></form>')
         return self.page(request, "", "Log in", body)
 
     async def logout(self, request: Request) -> Response:
-        resp = RedirectResponse("/login", 303)
-        resp.delete_cookie(COOKIE)
-        return resp
+        if not self.sessions.token_ok(facts(request).session, (await self.form(request)).get(TOKEN_FIELD)):
+            return self.refused_token(request)
+        _session, cookie = self.sessions.new()
+        request.scope["dashboard_cookie"] = cookie
+        return RedirectResponse("/login" if self.sessions.login_required else "/cluster", 303)
 
     # -- cluster ---------------------------------------------------------------------------------------------
 
@@ -220,7 +272,7 @@ class Dashboard:
         rows = [(f'<a href="/topic?name={q(t)}">{e(t)}</a>', "system" if system else "")
                 for t, system in await self.backend.topics() if show_system or not system]
         body = (
-            '<form method="post" action="/topics/create" id="create-topic">create topic '
+            f'<form method="post" action="/topics/create" id="create-topic">{self.token_field(request)}create topic '
             '<input name="topic" placeholder="name" required> queues <input name="queues" type="number" value="8" min="1" max="1024"> '
             "<button>create</button></form>"
             + ('<p><a href="/topics">hide system topics</a></p>' if show_system else '<p><a href="/topics?system=1">show system topics</a></p>')
@@ -239,7 +291,10 @@ class Dashboard:
         return self.back(f"/topic?name={q(topic)}", ok=f"created {topic} with {queues} queues on {', '.join(done)}")
 
     async def topic_delete(self, request: Request) -> Response:
-        topic = (await self.form(request)).get("topic", "")
+        f = await self.form(request)
+        topic = f.get("topic", "")
+        if not topic or f.get("confirm", "").strip() != topic:
+            return self.back(f"/topic?name={q(topic)}", err=f"not deleted: type the topic's name ({topic}) to confirm")
         try:
             done = await self.backend.admin.delete_topic(topic)
         except (*FAILURES, Unsupported) as exc:
@@ -259,11 +314,13 @@ class Dashboard:
         now = int(time.time() * 1000)
         body += (f'<p><a href="/messages?topic={q(topic)}&begin={now - 3600_000}&end={now + 60_000}">browse the last hour</a></p>'
                  f'<h2>Send a test message</h2><form method="post" action="/topic/send" id="send-test">'
-                 f'<input type="hidden" name="topic" value="{e(topic)}">'
+                 f'{self.token_field(request)}<input type="hidden" name="topic" value="{e(topic)}">'
                  'body <input name="body" value="hello from the pyrmq dashboard" size="40"> tags <input name="tags" size="8"> '
                  'keys <input name="keys" size="12"> <button>send</button></form>'
                  f'<h2>Delete</h2><form method="post" action="/topics/delete" id="delete-topic">'
-                 f'<input type="hidden" name="topic" value="{e(topic)}"><button>delete topic {e(topic)}</button></form>')
+                 f'{self.token_field(request)}<input type="hidden" name="topic" value="{e(topic)}">'
+                 f'type the name to confirm <input name="confirm" placeholder="{e(topic)}" autocomplete="off" required> '
+                 f'<button>delete topic {e(topic)}</button></form>')
         return self.page(request, "topics", f"Topic {topic}", body)
 
     async def topic_send(self, request: Request) -> Response:
@@ -324,8 +381,10 @@ class Dashboard:
         options = "".join(f'<option value="{e(t)}">{e(t)}</option>' for t in topics)
         now = local_input(int(time.time() * 1000))
         body += (f'<h2>Reset offset</h2><form method="post" action="/group/reset" id="reset-offset">'
-                 f'<input type="hidden" name="group" value="{e(group)}"> topic <select name="topic">{options}</select> '
+                 f'{self.token_field(request)}<input type="hidden" name="group" value="{e(group)}"> '
+                 f'topic <select name="topic">{options}</select> '
                  f'to the messages stored at <input type="datetime-local" step="1" name="time" value="{now}"> '
+                 f'group name to confirm <input name="confirm" placeholder="{e(group)}" autocomplete="off" required> '
                  '<button name="how" value="time">reset by time</button> '
                  '<button name="how" value="skip" id="skip-backlog">skip backlog</button></form>')
         return self.page(request, "groups", f"Group {group}", body)
@@ -334,6 +393,8 @@ class Dashboard:
         f = await self.form(request)
         group, topic = f.get("group", ""), f.get("topic", "")
         path = f"/group?name={q(group)}"
+        if not group or f.get("confirm", "").strip() != group:
+            return self.back(path, err=f"offsets not reset: type the group's name ({group}) to confirm")
         try:
             ts = -1 if f.get("how") == "skip" else parse_local(f.get("time", ""))
             offsets = await self.backend.admin.reset_offset(group, topic, ts)
@@ -420,7 +481,7 @@ class Dashboard:
                 value = e(f"{group}|{c.get('clientId')}")
                 options += f'<option value="{value}">{e(group)} / {e(c.get("clientId"))}</option>'
         if options:
-            body += (f'<form method="post" action="/message/resend" id="consume-directly">'
+            body += (f'<form method="post" action="/message/resend" id="consume-directly">{self.token_field(request)}'
                      f'<input type="hidden" name="id" value="{e(m.offset_msg_id)}"><input type="hidden" name="topic" value="{e(m.topic)}">'
                      f'resend to <select name="target">{options}</select> <button>consume directly</button></form>')
         else:
@@ -449,14 +510,18 @@ class Dashboard:
         group = request.query_params.get("name", "")
         letters = await dlq.list_dlq(self.backend.namesrv, group, limit=500)
         rows = []
+        token = self.token_field(request)
         for d in letters:
-            form = (f'<form method="post" action="/dlq/resend" class="inline"><input type="hidden" name="group" value="{e(group)}">'
+            form = (f'<form method="post" action="/dlq/resend" class="inline">{token}'
+                    f'<input type="hidden" name="group" value="{e(group)}">'
                     f'<input type="hidden" name="id" value="{e(d.msg_id)}"><button class="resend-one">resend</button></form>')
             rows.append((f'<a href="/message?id={q(d.msg_id)}&topic={q("%DLQ%" + group)}">{e(d.uniq_key or d.msg_id)}</a>',
                          d.original_topic or "", fmt_ms(d.store_timestamp), d.queue_offset, d.reconsume_times,
                          d.body[:60].decode("utf-8", "replace"), form))
         body = (f'<p id="dlq-count">{len(letters)} messages in %DLQ%{e(group)}</p>'
-                f'<form method="post" action="/dlq/resend" id="resend-all"><input type="hidden" name="group" value="{e(group)}">'
+                f'<form method="post" action="/dlq/resend" id="resend-all">{token}'
+                f'<input type="hidden" name="group" value="{e(group)}"><input type="hidden" name="all" value="1">'
+                f'group name to confirm <input name="confirm" placeholder="{e(group)}" autocomplete="off" required> '
                 f'<button>resend all to their topics</button></form> <a href="/dlq/export?name={q(group)}">export as JSON</a>'
                 + table(["message", "original topic", "stored", "offset", "reconsumed", "body", ""], rows, raw=(0, 6), num=(3, 4), cls="letters"))
         return self.page(request, "dlq", f"Dead letters of {group}", body)
@@ -465,6 +530,9 @@ class Dashboard:
         f = await self.form(request)
         group = f.get("group", "")
         ids = [f["id"]] if f.get("id") else None
+        if ids is None and (f.get("all") != "1" or f.get("confirm", "").strip() != group or not group):
+            return self.back(f"/dlq/group?name={q(group)}",
+                             err=f"nothing re-sent: type the group's name ({group}) to resend all its dead letters")
         try:
             sent = await dlq.resend_dlq(self.backend.namesrv, group, ids)
         except dlq.DlqError as exc:
@@ -507,9 +575,12 @@ async def home(request: Request) -> Response:
     return RedirectResponse("/cluster")
 
 
-def build_app(backend: Backend, sessions: Sessions | None = None) -> Starlette:
-    d = Dashboard(backend, sessions)
-    g = d.guarded
+def build_app(backend: Backend, sessions: Sessions, security: Security, *,
+              limiter: LoginLimiter | None = None) -> SecurityMiddleware:
+    """The dashboard's ASGI app: its routes behind :class:`SecurityMiddleware` (which answers first and adds its
+    headers to every response, error pages included)."""
+    d = Dashboard(backend, sessions, security, limiter)
+    g, w = d.guarded, d.writes
     # read once from the package (in the wheel; the editable install links it, which StaticFiles refuses to follow)
     css = resources.files("pyrmq.plugins.dashboard").joinpath("static", "dashboard.css").read_bytes()
 
@@ -519,24 +590,24 @@ def build_app(backend: Backend, sessions: Sessions | None = None) -> Starlette:
     routes = [
         Route("/", home),
         Route("/login", d.login, methods=["GET", "POST"]),
-        Route("/logout", d.logout),
+        Route("/logout", d.logout, methods=["POST"]),
         Route("/cluster", g(d.cluster)),
         Route("/topics", g(d.topics)),
-        Route("/topics/create", g(d.topic_create), methods=["POST"]),
-        Route("/topics/delete", g(d.topic_delete), methods=["POST"]),
+        Route("/topics/create", w(d.topic_create), methods=["POST"]),
+        Route("/topics/delete", w(d.topic_delete), methods=["POST"]),
         Route("/topic", g(d.topic)),
-        Route("/topic/send", g(d.topic_send), methods=["POST"]),
+        Route("/topic/send", w(d.topic_send), methods=["POST"]),
         Route("/groups", g(d.groups)),
         Route("/group", g(d.group)),
-        Route("/group/reset", g(d.group_reset), methods=["POST"]),
+        Route("/group/reset", w(d.group_reset), methods=["POST"]),
         Route("/messages", g(d.messages)),
         Route("/message", g(d.message)),
-        Route("/message/resend", g(d.message_resend), methods=["POST"]),
+        Route("/message/resend", w(d.message_resend), methods=["POST"]),
         Route("/dlq", g(d.dlq_index)),
         Route("/dlq/group", g(d.dlq_group)),
-        Route("/dlq/resend", g(d.dlq_resend), methods=["POST"]),
+        Route("/dlq/resend", w(d.dlq_resend), methods=["POST"]),
         Route("/dlq/export", g(d.dlq_export)),
         Route("/connections", g(d.connections)),
         Route("/static/dashboard.css", stylesheet),
     ]
-    return Starlette(routes=routes)
+    return SecurityMiddleware(Starlette(routes=routes), sessions, security)

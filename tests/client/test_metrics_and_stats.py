@@ -248,6 +248,51 @@ async def test_roles_naming_one_port_share_one_endpoint(start_role, free_port):
     assert value(table, "rocketmq_topic_number", node_id="broker-a") > 0
 
 
+async def raw_request(port: int, head: str) -> tuple[str, str]:
+    """Send ``head`` (request line and headers, as written) to 127.0.0.1:port; (status line, body)."""
+    with trio.fail_after(10):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            await stream.send_all(head.encode("latin-1") + b"\r\n")
+            data = b""
+            while chunk := await stream.receive_some(65536):
+                data += chunk
+    status, _, body = data.partition(b"\r\n\r\n")
+    return status.split(b"\r\n")[0].decode(), body.decode()
+
+
+async def test_metrics_answer_only_the_hosts_they_are_known_by(start_role):
+    """A DNS-rebinding page (evil.example re-pointed at 127.0.0.1) sends ``Host: evil.example:PORT``: refused with 421;
+    a request without Host 400; the names in metricsPromExporterAllowedHosts are answered as well as loopback's."""
+    kernel = await start_role("dev", {**METRICS_ON, "broker.metricsPromExporterAllowedHosts": "metrics.example, Scrape-1."})
+    endpoints = kernel.state.get(ENDPOINTS)
+    broker, namesrv = endpoints["broker"].port, endpoints["namesrv"].port
+    for host in ("127.0.0.1", f"127.0.0.1:{broker}", f"localhost:{broker}", f"[::1]:{broker}", "LOCALHOST",
+                 f"metrics.example:{broker}", "scrape-1"):
+        status, body = await raw_request(broker, f"GET /metrics HTTP/1.1\r\nHost: {host}\r\n")
+        assert status == "HTTP/1.1 200 OK", host
+        assert "rocketmq_" in body
+    status, body = await raw_request(broker, f"GET /metrics HTTP/1.1\r\nHost: evil.example:{broker}\r\n")
+    assert status == "HTTP/1.1 421 Misdirected Request"
+    assert "'evil.example'" in body and "metricsPromExporterAllowedHosts" in body and "rocketmq_" not in body
+    # the name server's endpoint has its own list: the broker's names are not among them
+    status, _ = await raw_request(namesrv, f"GET /metrics HTTP/1.1\r\nHost: metrics.example:{namesrv}\r\n")
+    assert status == "HTTP/1.1 421 Misdirected Request"
+    status, body = await raw_request(broker, "GET /metrics HTTP/1.0\r\n")
+    assert status == "HTTP/1.1 400 Bad Request" and "no Host header" in body
+    status, _ = await raw_request(broker, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n")
+    assert status == "HTTP/1.1 400 Bad Request"
+    status, _ = await raw_request(broker, "GET /metrics HTTP/1.1\r\nHost: evil.example/x\r\n")
+    assert status == "HTTP/1.1 400 Bad Request"
+
+
+async def test_metrics_allowed_hosts_are_checked_when_the_role_starts(start_role):
+    from pyrmq.kernel.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="metricsPromExporterAllowedHosts.*host names or addresses.*'bad host'"):
+        await start_role("dev", {**METRICS_ON, "broker.metricsPromExporterAllowedHosts": "ok.example,bad host"})
+
+
 async def test_half_and_timing_gauges_by_topic_and_the_timer_lag_when_deliveries_stall(dev_metrics, name):
     kernel = dev_metrics
     namesrv = kernel.listening["namesrv"]
