@@ -7,10 +7,11 @@ that provide commands are themselves a bundle, ``configs/cli.toml``, plus third-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -122,26 +123,46 @@ def cmd_plugins(args: argparse.Namespace) -> int:
     from pyrmq.kernel.manager import describe
 
     bundle = load_bundle(args.config or "dev")
-    if args.codes:
-        return _print_role_tables(bundle, args)
+    with _configured(bundle, args) as kernel:
+        print(f"bundle {bundle.name} ({bundle.file}): roles {', '.join(bundle.roles) or '-'}")
+        if args.codes:
+            return _print_role_tables(kernel)
+        if args.settings:
+            return _print_settings(kernel)
+        # the plugins as a configured role has them: modules, and the feature objects their configure registered
+        pm = kernel.pluginmanager
+        print("plugins:")
+        for name, hooks in describe(pm):
+            print(f"  {name}")
+            for hook in hooks:
+                print(f"      {hook}")
+        print("hooks (call order):")
+        for name in sorted(n for n in dir(pm.hook) if n.startswith("pyrmq_")):
+            colour = "async" if is_async_spec(pm, name) else "sync"
+            impls = [impl.plugin_name for impl in impl_order(pm, name)]
+            print(f"  {name} [{colour}]: {', '.join(impls) if impls else '-'}")
+    return 0
+
+
+@contextlib.contextmanager
+def _configured(bundle: Bundle, args: argparse.Namespace) -> Iterator[Any]:
+    """The bundle's roles configured and collected, for a listing: plugins loaded, settings checked, every
+    ``pyrmq_configure`` run (feature objects registered), processors and the rest collected. The store and the name
+    server's files go to a temporary folder; nothing listens, no service runs."""
+    import tempfile
+
     from pyrmq.kernel.service import build_kernel
 
-    kernel = build_kernel(bundle, entry_points=False if args.no_entry_points else None)
-    pm = kernel.pluginmanager
-    print(f"bundle {bundle.name} ({bundle.file}): roles {', '.join(bundle.roles) or '-'}")
-    if args.settings:
-        return _print_settings(kernel)
-    print("plugins:")
-    for name, hooks in describe(pm):
-        print(f"  {name}")
-        for hook in hooks:
-            print(f"      {hook}")
-    print("hooks (call order):")
-    for name in sorted(n for n in dir(pm.hook) if n.startswith("pyrmq_")):
-        colour = "async" if is_async_spec(pm, name) else "sync"
-        impls = [impl.plugin_name for impl in impl_order(pm, name)]
-        print(f"  {name} [{colour}]: {', '.join(impls) if impls else '-'}")
-    return 0
+    with tempfile.TemporaryDirectory(prefix="pyrmq-plugins-") as tmp:
+        overrides: dict[str, Any] = {}
+        if bundle.broker is not None:
+            overrides["broker.storePathRootDir"] = tmp
+        if bundle.namesrv is not None:
+            overrides["namesrv.kvConfigPath"] = os.path.join(tmp, "kvConfig.json")
+        kernel = build_kernel(bundle.with_overrides(overrides), entry_points=False if args.no_entry_points else None)
+        kernel.hooks.configure(kernel)
+        kernel.collect()
+        yield kernel
 
 
 def _print_settings(kernel: Any) -> int:
@@ -159,54 +180,35 @@ def _print_settings(kernel: Any) -> int:
     return 0
 
 
-def _print_role_tables(bundle: Bundle, args: argparse.Namespace) -> int:
-    """``pyrmq plugins --codes``: configure the bundle's roles (store in a temporary folder, no listener, no service)
-    and print what they are made of: which plugin serves each request code, the put chain, the delay schedulers, the
-    store dispatchers and the flush policy."""
-    import tempfile
-
-    from pyrmq.kernel.service import build_kernel
+def _print_role_tables(kernel: Any) -> int:
+    """``pyrmq plugins --codes``: what the configured roles are made of: which plugin serves each request code, the
+    put chain, the delay schedulers, the store dispatchers and the flush policy."""
     from pyrmq.remoting.codes import RequestCode
 
-    with tempfile.TemporaryDirectory(prefix="pyrmq-plugins-") as tmp:
-        overrides: dict[str, Any] = {}
-        if bundle.broker is not None:
-            overrides["broker.storePathRootDir"] = tmp
-        if bundle.namesrv is not None:
-            overrides["namesrv.kvConfigPath"] = os.path.join(tmp, "kvConfig.json")
-        kernel = build_kernel(bundle.with_overrides(overrides), entry_points=False if args.no_entry_points else None)
-        kernel.hooks.configure(kernel)
-        kernel.collect()
-        print(f"bundle {bundle.name} ({bundle.file}): roles {', '.join(bundle.roles) or '-'}")
-        for role in bundle.roles:
-            owners = kernel.processor_owners.get(role, {})
-            print(f"{role}: {len(owners)} request codes")
-            for code in sorted(owners):
-                try:
-                    name = RequestCode(code).name
-                except ValueError:
-                    name = "?"
-                print(f"  {code:>6} {name:<40} {owners[code]}")
-        if "broker" in bundle.roles:
-            print("put chain (order, name):")
-            for interceptor in kernel.put_chain.interceptors:
-                print(f"  {interceptor.order:>4} {interceptor.name}")
-            print("delay schedulers (order, name, what they park):")
-            for scheduler in kernel.schedulers:
-                print(f"  {scheduler.order:>4} {scheduler.name}: {scheduler.summary()}")
-            print("store dispatchers (order, name; the store's own consume queue 0 and index 10 come first):")
-            for dispatcher in kernel.store_dispatchers:
-                print(f"  {dispatcher.order:>4} {dispatcher.name}")
-            store = getattr(kernel.state.find(_broker_key()), "store", None)
-            if store is not None:
-                print(f"flush policy: {type(store.flush_policy).__module__}.{type(store.flush_policy).__qualname__}")
+    bundle = kernel.bundle
+    for role in bundle.roles:
+        owners = kernel.processor_owners.get(role, {})
+        print(f"{role}: {len(owners)} request codes")
+        for code in sorted(owners):
+            try:
+                name = RequestCode(code).name
+            except ValueError:
+                name = "?"
+            print(f"  {code:>6} {name:<40} {owners[code]}")
+    if "broker" in bundle.roles:
+        print("put chain (order, name):")
+        for interceptor in kernel.put_chain.interceptors:
+            print(f"  {interceptor.order:>4} {interceptor.name}")
+        print("delay schedulers (order, name, what they park):")
+        for scheduler in kernel.schedulers:
+            print(f"  {scheduler.order:>4} {scheduler.name}: {scheduler.summary()}")
+        print("store dispatchers (order, name; the store's own consume queue 0 and index 10 come first):")
+        for dispatcher in kernel.store_dispatchers:
+            print(f"  {dispatcher.order:>4} {dispatcher.name}")
+        policy = kernel.flush_policy
+        if policy is not None:
+            print(f"flush policy: {type(policy).__module__}.{type(policy).__qualname__}")
     return 0
-
-
-def _broker_key() -> Any:
-    from pyrmq.plugins.broker.core import BROKER
-
-    return BROKER
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -169,7 +169,9 @@ class HookRelay:
         await self.call_async("pyrmq_role_changed", kernel=kernel, change=change)
 
     def make_flush_policy(self, kernel: Kernel, config: Any) -> FlushPolicy | None:
-        return cast("FlushPolicy | None", self._hook.pyrmq_make_flush_policy(kernel=kernel, config=config))
+        policy = cast("FlushPolicy | None", self._hook.pyrmq_make_flush_policy(kernel=kernel, config=config))
+        kernel.flush_policy = policy  # what `pyrmq plugins --codes` shows
+        return policy
 
     def make_request_guard(self, kernel: Kernel, role: str) -> RequestGuard | None:
         return cast("RequestGuard | None", self._hook.pyrmq_make_request_guard(kernel=kernel, role=role))

@@ -10,7 +10,7 @@ import attrs
 
 from pyrmq.kernel.errors import PluginError
 from pyrmq.kernel.settings import Settings
-from pyrmq.kernel.types import PutChain, Scheduler, guard_processors
+from pyrmq.kernel.types import FlushPolicy, PutChain, Scheduler, guard_processors
 
 if TYPE_CHECKING:  # pragma: no cover
     import pluggy
@@ -82,6 +82,8 @@ class Kernel:
         self.store_dispatchers: list[StoreDispatcher] = []
         #: the delay schedulers in order (``pyrmq_register_schedulers``); they are in ``put_chain`` too
         self.schedulers: tuple[Scheduler, ...] = ()
+        #: the flush policy the broker's store runs (``pyrmq_make_flush_policy``), once asked
+        self.flush_policy: FlushPolicy | None = None
         #: the put interceptors in order; one object for the kernel's life, so processors built in
         #: ``pyrmq_configure`` may keep it and see what :meth:`collect` puts in it
         self.put_chain = PutChain()
