@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import trio
 
 from pyrmq.store.commitlog import END_OF_FILE, RecordHeader, read_record_header
 from pyrmq.store.format import (
@@ -173,6 +174,26 @@ class Cluster:
             args += ["--set", f"{k}={v}"]
         self.broker = spawn(pyrmq_cmd(*args), self.broker_log, env=dict(os.environ, PYTHONUNBUFFERED="1", **self.broker_env))
         return wait_port(self.broker_port, self.broker)
+
+    async def registered(self, topic: str = "TBW102", deadline_s: float = 30) -> None:
+        """Until the name server routes ``topic`` to this broker as its master. The broker accepts connections
+        before its first registration reaches the name server: a client sending to a topic that does not exist yet
+        (created from TBW102's route) in between finds no route at all."""
+        from pyrmq.client import Admin
+        from pyrmq.client.errors import TopicNotFoundError
+
+        async with Admin(self.namesrv_addr) as admin:
+            with trio.move_on_after(deadline_s):
+                while True:
+                    try:
+                        route = await admin.topic_route(topic)
+                        if any(b.master == self.broker_addr for b in route.broker_datas):
+                            return
+                    except TopicNotFoundError:
+                        pass
+                    await trio.sleep(0.05)
+        raise AssertionError(f"the name server {self.namesrv_addr} does not route {topic} to {self.broker_addr} "
+                             f"after {deadline_s} s")
 
     def kill_broker(self) -> None:
         assert self.broker is not None

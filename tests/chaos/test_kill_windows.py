@@ -27,11 +27,12 @@ pytestmark = pytest.mark.chaos
 COUNT = 12
 
 
-async def send_parked(namesrv: str, kind: str, log_path) -> None:
+async def send_parked(cluster: Cluster, kind: str, log_path) -> None:
     """Send COUNT messages due in a second (timer) or at delay level 1; log each acknowledged one as the crash
     scenario's producers do (``A cid kind attempts``)."""
+    await cluster.registered()  # the topic does not exist yet: the producer needs TBW102's route
     with open(log_path, "w") as log:
-        async with Producer(namesrv, group="chaos_kill_window", retry_times=0) as producer:
+        async with Producer(cluster.namesrv_addr, group="chaos_kill_window", retry_times=0) as producer:
             for i in range(COUNT):
                 cid = f"{kind}-{i}"
                 m = Message(TOPIC, cid.encode(), tags=kind, keys=[cid], properties={"cid": cid})
@@ -55,7 +56,7 @@ def test_a_kill_between_delivery_and_progress_does_not_deliver_twice(tmp_path, k
         cluster.start_namesrv()
         kill_file.write_text(kind)
         cluster.start_broker()
-        trio.run(send_parked, cluster.namesrv_addr, kind, acks_log)
+        trio.run(send_parked, cluster, kind, acks_log)
         t_end = time.monotonic() + 30
         while cluster.broker.poll() is None:
             assert time.monotonic() < t_end, f"no {kind} delivery reached the kill switch within 30 s"
@@ -99,6 +100,7 @@ def test_a_kill_between_a_commit_and_its_op_record_does_not_commit_twice(tmp_pat
         return LocalTransactionState.COMMIT
 
     async def scenario() -> float:
+        await cluster.registered()  # the topic does not exist yet: the producer needs TBW102's route
         config = ClientConfig(namesrv_addr=cluster.namesrv_addr, heartbeat_broker_interval=1.0)
         async with TransactionProducer(config=config, group="chaos_kill_commit", retry_times=0,
                                        check_local=check_local) as producer:

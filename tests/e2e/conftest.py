@@ -92,6 +92,8 @@ class Role:
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self.log.close()
             return self.proc.returncode if self.proc else 0
         self.proc.send_signal(sig)
         try:
@@ -108,9 +110,9 @@ def spawn(tmp_path):
     roles: list[Role] = []
 
     def start(*args: str, name: str = "role") -> Role:
-        role = Role(list(args), tmp_path / f"{name}-{len(roles)}.log").start()
-        roles.append(role)
-        return role
+        role = Role(list(args), tmp_path / f"{name}-{len(roles)}.log")
+        roles.append(role)  # before it starts: a start that failed is stopped too, and a second try logs apart
+        return role.start()
 
     yield start
     for role in roles:

@@ -44,25 +44,6 @@ GROUP = "broker-f"
 PREFIX = f"/pyrmq/v1/{CLUSTER}/{GROUP}/"
 
 
-def _port() -> int:
-    """A port P with P + 1 (HA) free too."""
-    import socket
-
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port > 65000:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no port with a free neighbour on 127.0.0.1")
-
-
 async def _until(predicate, what: str, timeout: float = 30.0, interval: float = 0.1):
     with trio.move_on_after(timeout):
         while True:
@@ -83,9 +64,10 @@ def _commit_log(store: Path) -> bytes:
 class Group:
     """The replicas of broker-f, each a `pyrmq broker -c <failover bundle>` process on its own port and store."""
 
-    def __init__(self, spawn, tmp_path: Path, etcd_endpoint: str, namesrv: str, size: int, *sets: str,
+    def __init__(self, spawn, broker_port, tmp_path: Path, etcd_endpoint: str, namesrv: str, size: int, *sets: str,
                  plugin: str = "") -> None:
         self.spawn = spawn
+        self.broker_port = broker_port
         self.tmp_path = tmp_path
         self.namesrv = namesrv
         self.bundle = tmp_path / "failover.toml"
@@ -95,8 +77,14 @@ class Group:
             text = text.replace("uncleanElection = false\n", "")
         self.bundle.write_text(text + "slaveSyncInterval = 500\nslaveSyncFirstDelay = 200\n" + plugin)
         self.sets = sets
-        self.ports = {rid: _port() for rid in range(1, size + 1)}
+        self.ports: dict[int, int] = {}
+        for rid in range(1, size + 1):
+            self.ports[rid] = broker_port(*self._picked())
         self.roles: dict = {}
+
+    def _picked(self) -> list[int]:
+        """The ports of the replicas' listeners: each one's own, VIP (- 2) and HA (+ 1)."""
+        return [p for port in self.ports.values() for p in (port - 2, port, port + 1)]
 
     def store(self, rid: int) -> Path:
         return self.tmp_path / f"replica-{rid}"
@@ -104,13 +92,25 @@ class Group:
     def addr(self, rid: int) -> str:
         return f"127.0.0.1:{self.ports[rid]}"
 
-    def start(self, rid: int):
+    def start(self, rid: int, attempts: int = 5):
+        """Start replica ``rid`` on its port. The port was free when it was picked; another process may have bound
+        it (or its VIP neighbour) since, and the broker then exits with EADDRINUSE before it serves or registers:
+        that start is made again on a freshly picked port (``addr(rid)`` follows)."""
         settings = ["flushDiskType=SYNC_FLUSH", "mappedFileSizeCommitLog=4194304", "haSendHeartbeatInterval=500",
                     f"brokerName={GROUP}", f"brokerId={rid}", *self.sets]
-        self.roles[rid] = self.spawn(
-            "broker", "-c", str(self.bundle), "--namesrv", self.namesrv, "--listen", self.addr(rid),
-            "--store-dir", str(self.store(rid)), *[x for kv in settings for x in ("--set", kv)], name=f"replica-{rid}")
-        return self.roles[rid]
+        for attempt in range(attempts):
+            try:
+                self.roles[rid] = self.spawn(
+                    "broker", "-c", str(self.bundle), "--namesrv", self.namesrv, "--listen", self.addr(rid),
+                    "--store-dir", str(self.store(rid)), *[x for kv in settings for x in ("--set", kv)],
+                    name=f"replica-{rid}")
+                return self.roles[rid]
+            except AssertionError as exc:  # the role exited before its ready line; the message ends with its log
+                if "[Errno 98] Address already in use" not in str(exc) or attempt == attempts - 1:
+                    raise
+                taken = self.ports[rid]
+                self.ports[rid] = self.broker_port(*self._picked())  # the taken one is among the picked
+                print(f"replica {rid}: port {taken} taken by another process, starting on {self.ports[rid]}")
 
     def start_all(self) -> None:
         """Every replica at once (each start waits for its ready line in its own thread)."""
@@ -229,9 +229,9 @@ class Sender:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
-async def test_failover_rounds_lose_no_acknowledged_message(spawn, etcd, tmp_path, size):
+async def test_failover_rounds_lose_no_acknowledged_message(spawn, broker_port, etcd, tmp_path, size):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, size)
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, size)
     group.start_all()
     rng = random.Random(int(os.environ.get("PYRMQ_FAILOVER_SEED", str(time.time_ns()))))
     failover_times: list[float] = []
@@ -349,12 +349,12 @@ async def _send_keys(producer: Producer, keys: list[str]) -> set[str]:
 
 
 @pytest.mark.slow
-async def test_partition_old_master_acknowledges_nothing_after_losing_its_lease(spawn, etcd, tmp_path):
+async def test_partition_old_master_acknowledges_nothing_after_losing_its_lease(spawn, broker_port, etcd, tmp_path):
     """The master SIGSTOPped longer than the lease TTL, a send waiting in its socket: the other replica is elected;
     after SIGCONT the old master answers that send with a failure (never SEND_OK), steps down, truncates what it
     appended alone and follows the new master: its commit log is a prefix of the new master's."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2)
     group.start_all()
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
     async with EtcdClient([etcd.endpoint]) as client, Producer(config=config, group="failover_partition") as producer:
@@ -404,12 +404,12 @@ async def _queue_max(rc: RemotingClient, addr: str) -> int:
 
 
 @pytest.mark.slow
-async def test_consumers_read_only_what_every_in_sync_replica_acknowledged(spawn, etcd, tmp_path):
+async def test_consumers_read_only_what_every_in_sync_replica_acknowledged(spawn, broker_port, etcd, tmp_path):
     """The master's in-sync slave SIGSTOPped (slaveTimeout long enough that the set keeps it): a message sent now is
     stored but not SEND_OK, and a consumer pulling from the master does not get it (its long poll stays parked);
     after SIGCONT the slave acknowledges: SEND_OK, and the parked long poll and a new pull both get the message."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2, "slaveTimeout=30000")
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2, "slaveTimeout=30000")
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
         master = await group.ready(client)
@@ -453,13 +453,13 @@ async def _true_async(value, want) -> bool:
 
 
 @pytest.mark.slow
-async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(spawn, etcd, tmp_path):
+async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(spawn, broker_port, etcd, tmp_path):
     """A group of 3: a pull from a slave gets what every in-sync replica acknowledged (the confirm offset its master's
     AutoSwitch transfer headers carry); with the third replica SIGSTOPped, a message the slave holds but the stopped
     replica has not acknowledged is not served by the slave, nor found by a key query or by its offset (on the
     slave and on the master); after SIGCONT the slave serves it to all three."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 3, "slaveTimeout=30000")
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 3, "slaveTimeout=30000")
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
         master = await group.ready(client)
@@ -533,7 +533,7 @@ async def _closed_by_peer(stream: trio.SocketStream, timeout: float = 10) -> boo
 
 @pytest.mark.slow
 async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_close_only_their_connection(
-        spawn, etcd, tmp_path):
+        spawn, broker_port, etcd, tmp_path):
     """The master's HA port speaks 5.x's AutoSwitch frames: a slave handshake (state 1, flags, slaveBrokerId) is
     answered with the master's epoch entries, an ACK with a TRANSFER header (epoch, epoch start, confirm offset). A
     frame with an unknown state, an ACK before the handshake, or a frame cut short closes that connection only: the
@@ -541,7 +541,7 @@ async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_clo
     from pyrmq.plugins.broker.ha import autoswitch as wire
 
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2)
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
         master = await group.ready(client)
@@ -598,7 +598,8 @@ async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
 
 
 @pytest.mark.slow
-async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_a_good_one(spawn, etcd, tmp_path):
+async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_a_good_one(
+        spawn, broker_port, etcd, tmp_path):
     """A replica follows the master etcd names, here a raw socket of the test's (epoch 3): its handshake is 5.x's
     (state 1, isSyncFromLastFile 0, isAsyncLearner 0, its replica id); an answer with an unknown state, then one of
     another epoch than etcd's, each close that connection (the replica reconnects, still running); the right answer
@@ -608,7 +609,7 @@ async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     ha_port = listeners[0].socket.getsockname()[1]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 1)
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 1)
     async with EtcdClient([etcd.endpoint]) as client:
         lease = await client.grant(60)
         await client.put(PREFIX + "master", json.dumps(
@@ -639,13 +640,13 @@ async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_
 
 
 @pytest.mark.slow
-async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, etcd_cluster, tmp_path):
+async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, broker_port, etcd_cluster, tmp_path):
     """A 3-member etcd cluster: one member SIGKILLed (the replicas use the next endpoint), then all three for
     longer than the lease TTL (``PYRMQ_FAILOVER_ETCD_OUTAGE`` s, 10 in `make failover`): the master keeps
     acknowledging writes; when etcd is back the same master holds the same epoch."""
     outage = float(os.environ.get("PYRMQ_FAILOVER_ETCD_OUTAGE", "3"))
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, ",".join(etcd_cluster.endpoints), namesrv, 2)
+    group = Group(spawn, broker_port, tmp_path, ",".join(etcd_cluster.endpoints), namesrv, 2)
     group.start_all()
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
     async with EtcdClient(etcd_cluster.endpoints) as client, Producer(config=config, group="failover_outage") as producer:
@@ -679,12 +680,12 @@ async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, et
 
 
 @pytest.mark.slow
-async def test_negative_control_async_master_with_unclean_election_loses_messages(spawn, etcd, tmp_path):
+async def test_negative_control_async_master_with_unclean_election_loses_messages(spawn, broker_port, etcd, tmp_path):
     """The checker can see loss: ASYNC_MASTER (SEND_OK before any slave has the message), the slave down while 50
     sends are acknowledged, the master SIGKILLed, the stale slave restarted and elected (uncleanElection): the
     acknowledged messages it never had are reported lost."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2, "brokerRole=ASYNC_MASTER",
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2, "brokerRole=ASYNC_MASTER",
                   plugin="uncleanElection = true\nasyncFailover = true\n")
     group.start_all()
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
@@ -710,12 +711,13 @@ async def test_negative_control_async_master_with_unclean_election_loses_message
 
 
 @pytest.mark.slow
-async def test_the_official_java_client_produces_and_consumes_through_a_failover(spawn, etcd, tmp_path, java_driver):
+async def test_the_official_java_client_produces_and_consumes_through_a_failover(
+        spawn, broker_port, etcd, tmp_path, java_driver):
     """Apache RocketMQ's Java client 4.9.8, unchanged: keyed sync sends (one per driver call, a failed one sent
     again) and a push consumer from the first offset; the master is SIGKILLed midway. It follows the new master
     through its route polls; every key it got SEND_OK for is consumed."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2)
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client:
         old = await group.ready(client)
@@ -754,11 +756,12 @@ async def test_the_official_java_client_produces_and_consumes_through_a_failover
 
 
 @pytest.mark.slow
-async def test_a_topic_created_just_before_the_master_dies_is_known_to_the_next_master(spawn, etcd, tmp_path):
+async def test_a_topic_created_just_before_the_master_dies_is_known_to_the_next_master(
+        spawn, broker_port, etcd, tmp_path):
     """The master publishes its topic table to etcd; the slave, paused so that its metadata sync cannot fetch the new
     topic, is elected after the master is SIGKILLed and takes the table from etcd: producers can send to it."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 2)
+    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2)
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client:
         old = await group.ready(client)
