@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -286,7 +286,8 @@ class EtcdClient:
         answer = await self._call("delete", key, "/v3/kv/deleterange", payload)
         return int(answer.get("deleted", 0))
 
-    async def txn(self, compare: list[Compare], success: list[dict[str, Any]], failure: list[dict[str, Any]] = ()) -> TxnResult:
+    async def txn(self, compare: Sequence[Compare], success: Sequence[dict[str, Any]],
+                  failure: Sequence[dict[str, Any]] = ()) -> TxnResult:
         keys = ",".join(c.key for c in compare) or ",".join(
             _unb64(next(iter(op.values()))["key"]).decode() for op in success
         )
@@ -331,8 +332,9 @@ class EtcdClient:
                 try:
                     kv = await self.get(key)
                 except EtcdUnavailable:
-                    kv = ...
-                if kv is not ... and predicate(kv):
-                    return kv
+                    pass  # etcd not answering: not a value the predicate decides on
+                else:
+                    if predicate(kv):
+                        return kv
                 await trio.sleep(interval)
         raise EtcdError("wait", key, f"condition not met within {timeout} s")

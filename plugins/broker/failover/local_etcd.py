@@ -24,7 +24,7 @@ def _free_port() -> int:
     while True:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+            port: int = s.getsockname()[1]
         if port not in (2379, 2380):
             return port
 
@@ -50,7 +50,7 @@ class LocalEtcd:
         self._own_ports = not (client_port or peer_port)
         self.client_port = client_port or _free_port()
         self.peer_port = peer_port or _free_port()
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def endpoint(self) -> str:
