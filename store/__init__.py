@@ -8,7 +8,14 @@ This package imports nothing from ``pyrmq.kernel`` or ``pyrmq.plugins``: the ker
 from .config import FlushDiskType, StoreConfig
 from .consume_queue import ConsumeQueueDispatcher
 from .dispatch import Dispatcher, DispatchRequest, MessageFilter, TagsCodeFilter
-from .errors import ConfigFileError, CorruptRecordError, MessageTooLargeError, StoreError, StoreLockedError
+from .errors import (
+    ConfigFileError,
+    CorruptRecordError,
+    MessageTooLargeError,
+    NotVisibleError,
+    StoreError,
+    StoreLockedError,
+)
 from .flush import AsyncFlushService, FlushPolicy, FlushTarget, GroupCommitService, default_flush_policy
 from .format import (
     MessageRecord,
@@ -36,7 +43,7 @@ __all__ = [
     "AppendMessageResult", "AsyncFlushService", "ConfigFileError", "ConsumeQueueDispatcher", "CorruptRecordError",
     "DispatchRequest", "Dispatcher", "FlushDiskType", "FlushPolicy", "FlushTarget", "GetMessageResult",
     "GetMessageStatus", "GroupCommitService", "IndexDispatcher", "MessageFilter", "MessageRecord", "MessageStore",
-    "MessageTooLargeError", "PutMessageResult", "PutMessageStatus", "QueryMessageResult", "StoreConfig",
+    "MessageTooLargeError", "NotVisibleError", "PutMessageResult", "PutMessageStatus", "QueryMessageResult", "StoreConfig",
     "StoreError", "StoreLockedError", "StoredMessage", "TagsCodeFilter", "decode_message", "decode_message_id",
     "decode_messages", "decode_properties", "default_flush_policy", "encode_message_id", "encode_properties",
     "java_string_hash",

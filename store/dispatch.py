@@ -160,7 +160,8 @@ class Dispatcher(Protocol):
 
     # optional: ``dispatch_batch(requests)``, the requests of one batch append in one call (Dispatchers.dispatch_batch);
     # ``dispatch_columns(batch)``, a batch append as a DispatchBatch (Dispatchers.dispatch_columns: what the store's
-    # batch puts call), without a request per record
+    # batch puts call), without a request per record; ``visible(bound)``, the store's read bound changed (a commit-log
+    # offset, or None: no bound), called by MessageStore.set_read_bound / advance_read_bound, never on the append path
 
 
 class RecoverableDispatcher(Dispatcher, Protocol):
@@ -191,6 +192,9 @@ class Dispatchers:
         #: per dispatcher, in the same order, what a batch put calls with its :class:`DispatchBatch`: the
         #: dispatcher's own ``dispatch_columns`` when it has one, else its batch call with ``batch.requests()``
         self.column_calls: tuple[Callable[[DispatchBatch], None], ...] = ()
+        #: the ``visible(bound)`` methods of the dispatchers that have one: told when the store's read bound changes
+        #: (what records clients may read: a long poll parked in front of the bound wakes up)
+        self.visible_calls: tuple[Callable[[int | None], None], ...] = ()
         for d in (queue, *others):
             self.add(d)
 
@@ -209,6 +213,7 @@ class Dispatchers:
         self.column_calls = tuple(
             getattr(d, "dispatch_columns", None) or _from_columns(many) for d, many in zip(self._list, self.batch_calls)
         )
+        self.visible_calls = tuple(call for d in self._list if callable(call := getattr(d, "visible", None)))
 
     def _one_by_one(self, call: Callable[[DispatchRequest], None]) -> Callable[[list[DispatchRequest]], None]:
         def each(requests: list[DispatchRequest]) -> None:

@@ -17,6 +17,16 @@ class MessageTooLargeError(StoreError):
     """A message (or its properties / topic) exceeds the store limits (spec 5.1, 6.2)."""
 
 
+class NotVisibleError(StoreError):
+    """A record asked for by a client's read (``visible_only``) exists but ends beyond the store's read bound
+    (:meth:`~pyrmq.store.message_store.MessageStore.set_read_bound`: automatic failover's confirm offset)."""
+
+    def __init__(self, offset: int, bound: int) -> None:
+        self.offset = offset
+        self.bound = bound
+        super().__init__("not confirmed by every in-sync replica yet")
+
+
 class StoreLockedError(StoreError):
     """Another process holds the store directory's ``lock`` file."""
 

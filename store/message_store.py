@@ -13,7 +13,8 @@ Life cycle::
     store.close()                     # final flush, checkpoint, abort file removed
 
 The store's jobs live in their own modules and are mixed into this one class, so callers keep one object:
-writes (:mod:`~pyrmq.store.writes`: append + dispatch, flush waits), reads (:mod:`~pyrmq.store.reads`), HA raw
+writes (:mod:`~pyrmq.store.writes`: append + dispatch, flush waits), reads (:mod:`~pyrmq.store.reads`: with the
+read bound and its ``visible`` event), HA raw
 append (:mod:`~pyrmq.store.replica`) and the dispatcher list (:mod:`~pyrmq.store.dispatch`).
 """
 
@@ -121,6 +122,8 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
         self._loaded = False
         self._closed = False
         self._replica_dispatched: int | None = None
+        #: what clients may read (set_read_bound, advance_read_bound: automatic failover); None = everything
+        self._read_bound: int | None = None
         # the one ordered dispatcher list: the store's own consume-queue and index dispatchers from the start,
         # a feature's (e.g. the broker's long-polling wake-up, via the kernel hook) added with add_dispatcher
         self.queue_dispatcher = ConsumeQueueDispatcher(self.consume_queues)

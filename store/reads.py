@@ -2,21 +2,33 @@
 commit-log offset and by key, queue offsets and store times.
 
 Reads never block on writes: they see every record whose ``put_message`` has returned (dispatch is synchronous).
+
+The store's **read bound** (:meth:`StoreReads.set_read_bound`, :meth:`StoreReads.advance_read_bound`; None, the
+default, = no bound) is the commit-log offset up to which clients may read: automatic failover keeps it at the
+confirm offset, what every in-sync replica holds, so no consumer sees a message a failover could remove. Pulls
+(:meth:`StoreReads.get_message`) and a client's key query or read by offset (``visible_only=True``) stop at it;
+the broker's own reads (delay levels, timer, transactions) do not. When it changes the store calls the ``visible``
+method of the dispatchers that have one (the broker's long-polling wake-up runs the pulls parked in front of it).
+With no bound set this costs one ``is None`` test per read and nothing on the append path.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable, Iterable
 
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import BLANK_SIZE, ConsumeQueueStore
-from .dispatch import MessageFilter
+from .dispatch import Dispatchers, MessageFilter
+from .errors import NotVisibleError
 from .format import PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, StoredMessage, decode_message
 from .index_file import IndexDispatcher, IndexService
 from .results import GetMessageResult, GetMessageStatus, QueryMessageResult
+
+log = logging.getLogger("pyrmq.store")
 
 #: Java caps QUERY_MESSAGE at ``maxMsgsNumBatch`` = 64
 MAX_QUERY_NUM = 64
@@ -65,9 +77,43 @@ class StoreReads:
     consume_queues: ConsumeQueueStore
     index: IndexService
     index_dispatcher: IndexDispatcher
-    #: automatic failover: the commit-log offset up to which records may be read (the confirm offset, what every
-    #: in-sync replica acknowledged), asked once per :meth:`get_message`; None (the default) = everything
-    read_bound: Callable[[], int] | None = None
+    dispatchers: Dispatchers
+    #: the commit-log offset up to which clients may read (see the module's docstring); None = everything
+    _read_bound: int | None = None
+
+    # -- the read bound ----------------------------------------------------------------------------------------
+    @property
+    def read_bound(self) -> int | None:
+        """The commit-log offset up to which clients may read (a record must end at or before it); None: no bound."""
+        return self._read_bound
+
+    def set_read_bound(self, offset: int | None) -> None:
+        """Set the read bound, lower or higher (None: no bound, every record readable); the dispatchers' ``visible``
+        methods are told when it changed. A replica sets it when it starts (0: nothing is confirmed yet) and when
+        its role changes; :meth:`truncate_replica` lowers it to the new end of the log."""
+        if offset != self._read_bound:
+            self._read_bound = offset
+            self._tell_visible(offset)
+
+    def advance_read_bound(self, offset: int) -> None:
+        """Move a set read bound forward to ``offset`` (never back; nothing when there is no bound): the confirm
+        offset advanced. The dispatchers' ``visible`` methods are told."""
+        bound = self._read_bound
+        if bound is not None and offset > bound:
+            self._read_bound = offset
+            self._tell_visible(offset)
+
+    def _tell_visible(self, bound: int | None) -> None:
+        for call in self.dispatchers.visible_calls:
+            try:
+                call(bound)
+            except Exception:
+                log.exception("store dispatcher %r failed on a read-bound change to %s", call, bound)
+
+    def _visible(self, end: int) -> bool:
+        """Whether a record ending at commit-log offset ``end`` is within the read bound."""
+        bound = self._read_bound
+        return bound is None or end <= bound
 
     def get_message(
         self,
@@ -122,9 +168,9 @@ class StoreReads:
         mf = None
         mf_start = mf_end = 0
         last_phy = -1
-        bound = self.read_bound
+        bound = self._read_bound
         if bound is not None:
-            units = _readable(units, bound())
+            units = _readable(units, bound)
             if units is None:
                 return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
         for phy, size, tags_code in units:
@@ -167,13 +213,19 @@ class StoreReads:
             suggest_pulling_from_slave=behind > _memory_bytes() * cfg.access_message_in_memory_max_ratio / 100,
         )
 
-    def look_message_bytes_by_offset(self, phy_offset: int, size: int | None = None) -> memoryview | None:
-        """The raw record at commit-log ``phy_offset`` (zero-copy), None if there is none."""
+    def look_message_bytes_by_offset(
+        self, phy_offset: int, size: int | None = None, *, visible_only: bool = False
+    ) -> memoryview | None:
+        """The raw record at commit-log ``phy_offset`` (zero-copy), None if there is none. ``visible_only`` (a
+        client's read, VIEW_MESSAGE_BY_ID): a record ending beyond the :attr:`read_bound` raises
+        :class:`~pyrmq.store.errors.NotVisibleError` (it is there, but not readable yet)."""
         if size is not None and size <= 0:
             return None
         view = self.commit_log.get_record(phy_offset, size)
         if view is None or (size is not None and self.commit_log.record_size_at(phy_offset) != size):
             return None
+        if visible_only and not self._visible(phy_offset + len(view)):
+            raise NotVisibleError(phy_offset, self._read_bound or 0)
         return view
 
     select_one_message_by_offset = look_message_bytes_by_offset
@@ -185,9 +237,13 @@ class StoreReads:
             return None
         return decode_message(view)[0]
 
-    def query_message(self, topic: str, key: str, max_num: int, begin: int, end: int) -> QueryMessageResult:
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin: int, end: int, *, visible_only: bool = False
+    ) -> QueryMessageResult:
         """Records of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``, stored in [begin, end] ms
-        (QUERY_MESSAGE). Index candidates are checked against the record, so hash collisions are filtered out."""
+        (QUERY_MESSAGE). Index candidates are checked against the record, so hash collisions are filtered out.
+        ``visible_only`` (a client's query): records ending beyond the :attr:`read_bound` are left out (5.x does
+        not index a record before the confirm offset passes it); the broker's own lookups see every record."""
         max_num = min(max_num, MAX_QUERY_NUM)
         self.index_dispatcher.drain()
         result = QueryMessageResult(
@@ -202,7 +258,7 @@ class StoreReads:
                 continue  # a key that is both a KEYS entry and the UNIQ_KEY is indexed twice
             seen.add(phy)
             view = self.commit_log.get_record(phy)
-            if view is None:
+            if view is None or visible_only and not self._visible(phy + len(view)):
                 continue
             msg = decode_message(view)[0]
             if msg.topic != topic:

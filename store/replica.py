@@ -30,9 +30,12 @@ class StoreReplication:
     _read_only: str | None
     #: where the slave's dispatch stands: the end of the last complete replicated record (None before any)
     _replica_dispatched: int | None
+    #: the read bound (:mod:`pyrmq.store.reads`): a truncation lowers it to the new end of the log
+    _read_bound: int | None
 
     if TYPE_CHECKING:
         def _refresh_refusal(self) -> None: ...  # StoreWrites has it (MessageStore's first base)
+        def set_read_bound(self, offset: int | None) -> None: ...  # StoreReads has it
 
     def get_commit_log_data(self, offset: int, max_bytes: int = 32 * 1024) -> memoryview | None:
         """Raw commit-log bytes from ``offset`` to the end of its segment's data (for HA transfer)."""
@@ -124,5 +127,8 @@ happens meanwhile (pyrmq: on the event loop). Returns the bytes dropped."""
         dispatch_range(cl, self.dispatchers, start, resolver=self.tags_code_resolver, recovering=True)
         self.index_dispatcher.drain()
         self._replica_dispatched = offset
+        if self._read_bound is not None and self._read_bound > offset:
+            # what an unclean election cut away was never confirmed (a clean one cuts beyond the bound)
+            self.set_read_bound(offset)
         log.warning("commit log truncated from %d to %d (%d bytes) for the elected master's history", end, offset, end - offset)
         return end - offset

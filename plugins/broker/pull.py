@@ -5,9 +5,9 @@ answered as soon as a message matching its filter is dispatched to that queue (t
 dispatcher wakes the hold service), or when its suspend timeout passes (checked every 5 s, 1 s with short polling,
 and at each deadline). A re-executed pull never parks again and never commits the consumer offset again.
 
-With automatic failover the store reads only up to the confirm offset (``store.read_bound``): a pull parked while
-its queue holds messages beyond it is kept aside and executed again when the failover plugin reports that the bound
-advanced (:meth:`PullRequestHoldService.bound_advanced`).
+The store may serve reads only up to a bound (what clients may see yet): a pull parked while its queue holds
+messages beyond what it could read is kept aside and executed again when the store says more became visible (the
+hold service is a store dispatcher with a ``visible(bound)`` method, :meth:`PullRequestHoldService.visible`).
 """
 
 from __future__ import annotations
@@ -76,25 +76,29 @@ class PullRequestHoldService:
         self.check_interval = check_interval
         self.parked: dict[str, list[ParkedPull]] = defaultdict(list)
         self._ready: set[str] = set()
-        #: keys of pulls parked while their queue holds messages beyond the store's read bound
+        #: whether the store bounds what may be read (its last ``visible`` event named a bound)
+        self._bounded = False
+        #: keys of pulls parked while their queue holds messages they could not read yet (beyond the store's bound)
         self._held: set[str] = set()
         self._wake = trio.Event()
 
     def park(self, pull: ParkedPull) -> None:
         key = f"{pull.header.topic}@{pull.header.queue_id}"
         self.parked[key].append(pull)
-        self._note_held(key, pull)
+        if self._bounded:
+            self._note_held(key, pull)
         self._wake.set()  # the deadline may be earlier than the current sleep
 
     def _note_held(self, key: str, pull: ParkedPull) -> None:
-        # nothing found although the queue goes further: its next message is beyond the read bound
+        # nothing found although the queue goes further: its next message is not visible yet
         store = self.processor.ctx.store
-        if store.read_bound is not None and store.get_max_offset_in_queue(pull.header.topic, pull.header.queue_id) > pull.header.queue_offset:
+        if store.get_max_offset_in_queue(pull.header.topic, pull.header.queue_id) > pull.header.queue_offset:
             self._held.add(key)
 
-    def bound_advanced(self) -> None:
-        """The store's read bound moved on (automatic failover's confirm offset): the pulls parked in front of it
-        are executed again."""
+    def visible(self, bound: int | None) -> None:
+        """Store event: what clients may read changed (``bound``: a commit-log offset, None when every record is
+        readable). The pulls parked in front of what was visible before are executed again."""
+        self._bounded = bound is not None
         if self._held:
             self._ready |= self._held
             self._held = set()
@@ -169,7 +173,8 @@ class PullRequestHoldService:
                 response = self.processor.execute(pull.connection, pull.request, pull.header, message_filter, first=False)
                 if response.code == ResponseCode.PULL_NOT_FOUND and not timed_out:
                     keep.append(pull)  # woken by a message that does not match (or is not readable yet): keep waiting
-                    self._note_held(key, pull)
+                    if self._bounded:
+                        self._note_held(key, pull)
                     continue
                 answers.append((pull.connection, response))
             if keep:

@@ -1,9 +1,8 @@
 """Message queries: QUERY_MESSAGE by key (12) from the index, VIEW_MESSAGE_BY_ID (33) by commit-log offset
 (spec 2.1, 3.5, 5.9, 6.4). Both answer with stored records, the same bytes a pull returns.
 
-With automatic failover (the store's ``read_bound``, the confirm offset) both stop where pulls stop: a record that
-ends beyond the bound is not found yet (5.x does not index it before the confirm offset passes it), on the master
-as on a slave, so no query shows a message a failover could remove.
+Both ask the store for what clients may see (``visible_only``): where the store bounds reads, they stop where pulls
+stop, so a query never shows a record a pull could not return yet.
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ from pyrmq.plugins.broker.core import BROKER, BrokerContext
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
-from pyrmq.remoting.message import PREFIX
+from pyrmq.store.errors import NotVisibleError
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
@@ -42,12 +41,7 @@ class QueryProcessor:
         if request.ext_fields.get(UNIQUE_KEY_QUERY, "").lower() == "true":
             max_num = self.settings.defaultQueryMaxNum  # a unique-key query overrides maxNum (spec 3.5)
         store = self.ctx.store
-        result = store.query_message(h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp)
-        bound = store.read_bound
-        if bound is not None and result.buffers:
-            top = bound()
-            # each record's own TOTALSIZE and PHYSICALOFFSET: where it ends in the commit log
-            result.buffers = [view for view in result.buffers if _ends(view) <= top]
+        result = store.query_message(h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp, visible_only=True)
         header = QueryMessageResponseHeader(
             index_last_update_timestamp=result.index_last_update_timestamp,
             index_last_update_phyoffset=result.index_last_update_phyoffset,
@@ -60,20 +54,13 @@ class QueryProcessor:
 
     async def view_message_by_id(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         offset = ViewMessageRequestHeader.from_ext_fields(request.ext_fields).offset
-        store = self.ctx.store
-        record = store.look_message_bytes_by_offset(offset)
+        try:
+            record = self.ctx.store.look_message_bytes_by_offset(offset, visible_only=True)
+        except NotVisibleError as exc:  # stored, but not readable yet
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}: {exc}")
         if record is None:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
-        bound = store.read_bound
-        if bound is not None and offset + len(record) > bound():
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}: "
-                                         "not confirmed by every in-sync replica yet")
         return request.make_response(ResponseCode.SUCCESS, body=record)
-
-
-def _ends(record: memoryview) -> int:
-    size, _, _, _, _, _, phys, _ = PREFIX.unpack_from(record)
-    return phys + size
 
 
 QUERY = StateKey[QueryProcessor]("broker.query")

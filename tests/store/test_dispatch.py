@@ -268,19 +268,61 @@ def test_a_failover_replica_is_read_only_cuts_a_half_record_and_truncates_to_an_
 
 
 def test_a_read_bound_hides_the_records_that_end_beyond_it(store):
-    """Automatic failover's confirm offset: a unit whose record ends beyond ``read_bound`` is not readable yet (as at
+    """Automatic failover's confirm offset: a unit whose record ends beyond the read bound is not readable yet (as at
     the end of the queue), the ones before it are; every stored message is still counted by the queue's max offset."""
     from pyrmq.store import GetMessageStatus
 
     ends = [store.put_message(record(queue_id=0, body=bytes(100), KEYS=f"k{i}")).append.end_offset for i in range(5)]
     confirm = ends[1]
-    store.read_bound = lambda: confirm
+    store.set_read_bound(confirm)
     result = store.get_message("g", "TopicTest", 0, 0, 32)
     assert (result.status, result.message_count, result.next_begin_offset) == (GetMessageStatus.FOUND, 2, 2)
     result = store.get_message("g", "TopicTest", 0, 2, 32)
     assert (result.status, result.message_count, result.next_begin_offset) == (GetMessageStatus.OFFSET_OVERFLOW_ONE, 0, 2)
     assert store.get_max_offset_in_queue("TopicTest", 0) == 5
     confirm = ends[3] - 1  # the 4th record not whole below the bound
+    store.advance_read_bound(confirm)
     assert store.get_message("g", "TopicTest", 0, 2, 32).queue_offsets == [2]
-    store.read_bound = None
+    store.set_read_bound(None)
     assert store.get_message("g", "TopicTest", 0, 2, 32).queue_offsets == [2, 3, 4]
+
+
+class Watcher(Recorder):
+    """A dispatcher that also wants to know when the read bound changes (the broker's long-polling wake-up does)."""
+
+    def visible(self, bound):
+        self.log.append(("visible", bound))
+
+
+def test_the_read_bound_is_the_stores_own_and_it_tells_dispatchers_when_it_moves(tmp_path):
+    from pyrmq.store import NotVisibleError
+
+    log = []
+    store = MessageStore(small_config(tmp_path), dispatchers=[Watcher("watcher", 20, log)])
+    store.load()
+    try:
+        ends = [store.put_message(record(queue_id=0, body=bytes(100), KEYS=f"k{i}")).append.end_offset for i in range(4)]
+        assert store.read_bound is None and all(entry[0] == "watcher" for entry in log)  # appends: no visible event
+        log.clear()
+        store.advance_read_bound(ends[2])  # no bound: nothing to advance
+        assert store.read_bound is None and log == []
+        store.set_read_bound(ends[0])
+        store.advance_read_bound(ends[2])
+        store.advance_read_bound(ends[1])  # never back
+        store.advance_read_bound(ends[2])  # unchanged: no event
+        assert store.read_bound == ends[2] and log == [("visible", ends[0]), ("visible", ends[2])]
+        # a client's query or read by offset (visible_only) stops at the bound, the broker's own lookups do not
+        assert len(store.query_message("TopicTest", "k2", 32, 0, 2**62, visible_only=True).buffers) == 1
+        assert store.query_message("TopicTest", "k3", 32, 0, 2**62, visible_only=True).buffers == []
+        assert len(store.query_message("TopicTest", "k3", 32, 0, 2**62).buffers) == 1
+        with pytest.raises(NotVisibleError, match="not confirmed by every in-sync replica yet"):
+            store.look_message_bytes_by_offset(ends[2], visible_only=True)
+        assert store.look_message_bytes_by_offset(ends[2]) is not None
+        assert store.look_message_bytes_by_offset(ends[1], visible_only=True) is not None
+        # a truncated replica's bound is never beyond its end
+        store.truncate_replica(ends[1])
+        assert store.read_bound == ends[1] and log[-1] == ("visible", ends[1])
+        store.set_read_bound(None)
+        assert log[-1] == ("visible", None) and store.look_message_bytes_by_offset(ends[0], visible_only=True) is not None
+    finally:
+        store.close()

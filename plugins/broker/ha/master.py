@@ -113,8 +113,8 @@ class HAMaster:
         self.members: frozenset[int] | None = None
         self.confirm_offset = -1
         #: called (no arguments) each time the confirm offset advanced: the failover plugin moves the store's read
-        #: bound and wakes the pulls parked in front of it
-        self.on_confirm: Any = None
+        #: bound (the store wakes the pulls parked in front of it)
+        self.on_confirm: Callable[[], None] | None = None
         self._acked = trio.Event()
         #: set by :class:`AppendNotifier` when the store appended something (wakes idle transfers)
         self.appended = trio.Event()

@@ -1,30 +1,33 @@
-"""The HA plugin's hooks: a master replicator (ASYNC_MASTER / SYNC_MASTER) or a slave replicator (SLAVE), chosen by
+"""The HA plugin: a master replicator (ASYNC_MASTER / SYNC_MASTER) or a slave replicator (SLAVE), chosen by
 ``brokerRole`` through ``pyrmq_make_replicator``; a store dispatcher wakes idle transfers on every append.
 
-Plugin settings (``[plugins."pyrmq.plugins.broker.ha.plugin"]``): ``slaveSyncInterval`` / ``slaveSyncFirstDelay``
-(ms, defaults 10000 / 3000 as SlaveSynchronize's schedule) for the slave's metadata sync.
+Its ``pyrmq_configure`` registers a :class:`Replication` object (``"broker.ha"``) whose methods are the hooks.
+Plugin settings (``[plugins."pyrmq.plugins.broker.ha.plugin"]``, :class:`~.settings.SlaveSyncSettings`):
+``slaveSyncInterval`` / ``slaveSyncFirstDelay`` (ms, defaults 10000 / 3000 as SlaveSynchronize's schedule) for the
+slave's metadata sync.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
-from pyrmq.plugins.broker.core import BROKER
+from pyrmq.kernel.kernel import Kernel
+from pyrmq.kernel.types import Replicator, StoreDispatcher
+from pyrmq.plugins.broker.core import BrokerContext
 from pyrmq.plugins.broker.ha.master import AppendNotifier, HAMaster
-from pyrmq.plugins.broker.ha.settings import HASettings
-from pyrmq.plugins.builtin.remoting_server import BrokerListenSettings
+from pyrmq.plugins.broker.ha.settings import HASettings, SlaveSyncSettings
 from pyrmq.plugins.broker.ha.slave import HASlave, MetadataSync
+from pyrmq.plugins.builtin.remoting_server import BrokerListenSettings
 from pyrmq.store.results import PutMessageStatus
 
 log = logging.getLogger("pyrmq.broker.ha")
 
 PLUGIN = "pyrmq.plugins.broker.ha.plugin"
-NOTIFIER = StateKey[AppendNotifier]("broker.ha.notifier")
+#: the name :class:`Replication` is registered under (``kernel.plugin(NAME)``)
+NAME = "broker.ha"
 
 
 class MasterReplicator:
@@ -32,7 +35,7 @@ class MasterReplicator:
 
     role = "MASTER"
 
-    def __init__(self, ctx: Any, notifier: AppendNotifier | None) -> None:
+    def __init__(self, ctx: BrokerContext, notifier: AppendNotifier | None) -> None:
         self.ctx = ctx
         self.listen = ctx.kernel.settings(BrokerListenSettings)
         self.ha = HAMaster(ctx.store, ctx.kernel.settings(HASettings), file_size=ctx.settings.mappedFileSizeCommitLog,
@@ -75,7 +78,7 @@ class SlaveReplicator:
 
     role = "SLAVE"
 
-    def __init__(self, ctx: Any, sync_interval: float, sync_first: float) -> None:
+    def __init__(self, ctx: BrokerContext, sync_interval: float, sync_first: float) -> None:
         self.ctx = ctx
         ha = ctx.kernel.settings(HASettings)
         registration = ctx.registration
@@ -98,30 +101,37 @@ class SlaveReplicator:
                 "haMetadataSyncRounds": str(self.sync.rounds)}
 
 
+class Replication:
+    """The HA plugin of one broker, registered as a plugin (its methods are hook implementations): the append
+    wake-up its HA masters share (a store dispatcher) and the replicator ``brokerRole`` asks for."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+        self.notifier = AppendNotifier()
+        self.sync = kernel.settings(SlaveSyncSettings)
+
+    def wake_on_append(self, master: HAMaster | None) -> None:
+        """Make ``master`` the HA master whose idle transfers the store's appends wake (None: none). A replicator
+        built on these classes (automatic failover) calls it when it becomes master and when it stops."""
+        self.notifier.master = master
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_store_dispatchers(self) -> list[StoreDispatcher]:
+        return [self.notifier]
+
+    @hookimpl(trylast=True)
+    def pyrmq_make_replicator(self, broker: BrokerContext) -> Replicator:
+        if broker.settings.brokerRole == "SLAVE":
+            return SlaveReplicator(broker, self.sync.slaveSyncInterval / 1000, self.sync.slaveSyncFirstDelay / 1000)
+        return MasterReplicator(broker, self.notifier)
+
+
 @hookimpl(trylast=True)
 def pyrmq_register_settings() -> dict[str, type]:
-    return {"broker": HASettings}
+    return {"broker": HASettings, f"plugins.{PLUGIN}": SlaveSyncSettings}
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
-    if kernel.state.find(BROKER) is not None:
-        kernel.state.put(NOTIFIER, AppendNotifier())
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_store_dispatchers(kernel: Any) -> list[Any] | None:
-    notifier = kernel.state.find(NOTIFIER)
-    return None if notifier is None else [notifier]
-
-
-@hookimpl(trylast=True)
-def pyrmq_make_replicator(kernel: Any, broker: Any) -> Any:
-    if broker.settings.brokerRole == "SLAVE":
-        settings = kernel.plugin_settings(PLUGIN)
-        return SlaveReplicator(
-            broker,
-            float(settings.get("slaveSyncInterval", 10_000)) / 1000,
-            float(settings.get("slaveSyncFirstDelay", 3000)) / 1000,
-        )
-    return MasterReplicator(broker, kernel.state.find(NOTIFIER))
+def pyrmq_configure(kernel: Kernel) -> None:
+    if "broker" in kernel.bundle.roles:
+        kernel.register(Replication(kernel), NAME)

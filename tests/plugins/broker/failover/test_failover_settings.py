@@ -35,3 +35,20 @@ def test_refused_settings_say_which_key():
     with pytest.raises(ConfigError, match="asyncFailover.*loses the tail"):
         FailoverSettings.from_plugin(raw, async_master)
     assert FailoverSettings.from_plugin({**raw, "asyncFailover": True}, async_master).endpoints
+
+
+def test_the_table_is_declared_so_the_kernel_checks_it_at_load():
+    from pyrmq.plugins.broker.failover.settings import FailoverSettings as Declared
+
+    bundle = load_bundle("failover")
+    table = dict(bundle.plugin_settings[PLUGIN])
+    parsed = bundle_settings(bundle)(Declared)
+    assert (parsed.etcdEndpoints, parsed.leaseTtl, parsed.pollInterval, parsed.replicaId) == ("127.0.0.1:2379", 3, 100, 0)
+    with pytest.raises(ConfigError, match="key 'leaseTtl': expected an integer >= 1, got 0"):
+        bundle_settings(bundle.with_plugin_settings(PLUGIN, {**table, "leaseTtl": 0}))
+    with pytest.raises(ConfigError, match="key 'etcdEndpoint': unknown setting.*did you mean 'etcdEndpoints'"):
+        bundle_settings(bundle.with_plugin_settings(PLUGIN, {"etcdEndpoint": "a:1"}))
+    # the HA plugin's own table (the metadata sync of a classic slave) is declared too
+    ha = "pyrmq.plugins.broker.ha.plugin"
+    with pytest.raises(ConfigError, match="key 'slaveSyncIntervall': unknown setting.*did you mean 'slaveSyncInterval'"):
+        bundle_settings(load_bundle("broker").with_plugin_settings(ha, {"slaveSyncIntervall": 500}))
