@@ -43,7 +43,12 @@ AllocateStrategy = Callable[[str, str, Sequence[Any], Sequence[str]], list[Any]]
 
 @runtime_checkable
 class StoreDispatcher(Protocol):
-    """Sees every record appended to the commit log, in ``order`` (consume queue 0, index 10, long polling 20)."""
+    """Sees every record appended to the commit log, in ``order`` (consume queue 0, index 10, long polling 20).
+
+    Optional: ``visible(bound)`` is called when the store's read bound changes (automatic failover's confirm offset:
+    consumers read only what every in-sync replica holds; the long-polling wake-up answers the pulls parked in front
+    of it). A dispatcher without the method costs nothing there.
+    """
 
     name: str
     order: int
