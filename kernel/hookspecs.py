@@ -191,8 +191,10 @@ def pyrmq_register_store_dispatchers(kernel: Kernel) -> Sequence[StoreDispatcher
     them); a feature's dispatcher (the long-polling wake-up is order 20) runs after them, in ascending ``order``.
     ``put_message`` and ``put_messages`` call ``dispatch(request)`` once per appended record, synchronously, before
     they return (no pluggy per message, no reput loop); recovery also re-dispatches records a dispatcher lacks, with
-    ``request.recovering`` set. Keep ``dispatch`` cheap: it is on the append path. Return None when the plugin has
-    none for this role.
+    ``request.recovering`` set. Keep ``dispatch`` cheap: it is on the append path. A dispatcher may also define
+    ``visible(bound)``: the store calls it when its read bound moves (automatic failover), so a feature that waits for
+    records to become readable (long polling) learns it without knowing about failover. Return None when the plugin
+    has none for this role.
     """
 
 
