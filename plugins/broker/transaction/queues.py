@@ -67,6 +67,7 @@ def read_queue(store: MessageStore, topic: str, offset: int, end: int) -> Iterat
     cq = store.consume_queues.get(topic, 0)
     if cq is None:
         return
+    get_data = store.commit_log.get_data
     offset = max(offset, cq.min_offset)
     end = min(end, cq.max_offset)
     while offset < end:
@@ -79,7 +80,7 @@ def read_queue(store: MessageStore, topic: str, offset: int, end: int) -> Iterat
             read += 1
             if size == BLANK_SIZE:
                 continue
-            view = store.look_message_bytes_by_offset(phy, size)
+            view = get_data(phy, size)  # what a pull hands out: the unit's bytes (a damaged one fails to decode)
             if view is not None:
                 yield offset + read - 1, view
         if not read:
