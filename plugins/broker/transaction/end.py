@@ -11,7 +11,7 @@ further COMMIT / ROLLBACK for it (late, duplicate, or for an older copy) answers
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pyrmq.kernel.types import TransactionState
 from pyrmq.plugins.broker.transaction.bridge import TransactionBridge, TransactionError
@@ -22,6 +22,9 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError
 from pyrmq.remoting.headers import EndTransactionRequestHeader
 from pyrmq.store.format import StoredMessage
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from pyrmq.remoting.connection import Connection
 
 
 class EndTransactionProcessor:
@@ -38,7 +41,7 @@ class EndTransactionProcessor:
         #: verdicts for transactions already resolved (answered SUCCESS, nothing written)
         self.duplicates = 0
 
-    async def end_transaction(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
+    async def end_transaction(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
         if not self.is_master():
             return request.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, "Can't process transaction on a slave broker")
         try:

@@ -45,9 +45,9 @@ class TransactionCollector:
         # a topic that had transactions stays at 0 once they are resolved (5.x keeps its count too)
         for topic in (*bridge.commits_by_topic, *bridge.rollbacks_by_topic):
             pending.setdefault(topic, 0)
-        half = GaugeMetricFamily(
+        halves = GaugeMetricFamily(
             "rocketmq_half_messages", "Half messages whose transaction is not resolved yet, by topic.",
             labels=base + ["topic"])
         for topic, n in sorted(pending.items()):
-            half.add_metric(common + [topic], n)
-        yield from (commits, rollbacks, half)
+            halves.add_metric(common + [topic], n)
+        yield from (commits, rollbacks, halves)
