@@ -274,7 +274,7 @@ def pyrmq_make_message_filter(kernel: Kernel, expression_type: str, expression: 
 async def pyrmq_check_transaction(kernel: Kernel, message: Any, check_times: int) -> TransactionState | None:
     """Decide a pending half message (a transaction whose producer has not committed or rolled back in time).
 
-    Called by the transaction plugin's check service (plugins/broker/transaction.py) once per check of a half older
+    Called by the transaction plugin's check service (plugins/broker/transaction/check.py) once per check of a half older
     than ``transactionTimeOut``, at most ``transactionCheckMax`` times, after it re-appended the half as a check
     copy. ``message`` is that copy as stored (a :class:`pyrmq.store.format.StoredMessage` under
     ``RMQ_SYS_TRANS_HALF_TOPIC`` with ``REAL_TOPIC`` / ``REAL_QID`` / ``PGROUP`` properties, its own commit-log and

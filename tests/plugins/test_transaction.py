@@ -24,7 +24,6 @@ from pyrmq.client import (
 from pyrmq.client.message import MessageExt
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import TransactionState
-from pyrmq.plugins.broker.transaction import TRANSACTIONS
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import EndTransactionRequestHeader
@@ -102,7 +101,7 @@ async def test_commit_rollback_and_check_back_deliver_committed_messages_once_an
                           delay_time_level=3)
             results[key] = await producer.send_in_transaction(msg, execute_local, arg)
         assert [results[k].local_state for k, _ in cases] == [COMMIT, ROLLBACK, UNKNOWN, UNKNOWN, UNKNOWN]
-        await wait_for(lambda: len(received.messages) >= 3, what=f"three committed messages: {events} {kernel.state.get(TRANSACTIONS).committed}")
+        await wait_for(lambda: len(received.messages) >= 3, what=f"three committed messages: {events} {kernel.plugin('transaction').bridge.committed}")
         await trio.sleep(1.5)  # more checks passes: nothing else arrives, nothing twice
         assert received.keys() == ["A-commit", "C-check-commit", "E-local-raises"]
         for msg in received.messages:
@@ -263,6 +262,22 @@ async def test_reject_transaction_message_refuses_halves(start_role, nursery):
             await producer.send_half(Message("Rejected", b"x"))
         assert f"response code {ResponseCode.NO_PERMISSION}" in str(refused.value)
         assert "sending transaction message is forbidden" in str(refused.value)
+
+
+async def test_reject_transaction_message_changed_at_runtime_applies_to_the_next_half(start_role, nursery):
+    kernel, namesrv, broker = await start_dev(start_role)
+    from pyrmq.client import SendFailedError
+
+    producer = TransactionProducer(namesrv, "rt_pg")
+    async with producer, Admin(namesrv) as admin:
+        await producer.send_half(Message("Runtime", b"before", keys="before"))
+        await admin.update_broker_config({"rejectTransactionMessage": True}, broker_addr=broker)
+        with pytest.raises(SendFailedError) as refused:
+            await producer.send_half(Message("Runtime", b"refused"))
+        assert "sending transaction message is forbidden" in str(refused.value)
+        await admin.update_broker_config({"rejectTransactionMessage": False}, broker_addr=broker)
+        await producer.send_half(Message("Runtime", b"after", keys="after"))
+        assert sorted(p.keys for p in await admin.pending_transactions("Runtime")) == ["after", "before"]
 
 
 async def test_admin_lists_pending_halves_with_their_check_counts(start_role, nursery, tmp_path):
