@@ -160,7 +160,8 @@ class Dispatcher(Protocol):
 
     # optional: ``dispatch_batch(requests)``, the requests of one batch append in one call (Dispatchers.dispatch_batch);
     # ``dispatch_columns(batch)``, a batch append as a DispatchBatch (Dispatchers.dispatch_columns: what the store's
-    # batch puts call), without a request per record
+    # batch puts call), without a request per record; ``truncated(offset)``, the commit log was cut at ``offset``
+    # (a failover replica dropping a tail its new master never had: MessageStore.truncate_replica), after the cut
 
 
 class RecoverableDispatcher(Dispatcher, Protocol):
@@ -191,6 +192,8 @@ class Dispatchers:
         #: per dispatcher, in the same order, what a batch put calls with its :class:`DispatchBatch`: the
         #: dispatcher's own ``dispatch_columns`` when it has one, else its batch call with ``batch.requests()``
         self.column_calls: tuple[Callable[[DispatchBatch], None], ...] = ()
+        #: the ``truncated(offset)`` methods of the dispatchers that have one (told after a truncation)
+        self.truncated_calls: tuple[Callable[[int], None], ...] = ()
         for d in (queue, *others):
             self.add(d)
 
@@ -209,6 +212,7 @@ class Dispatchers:
         self.column_calls = tuple(
             getattr(d, "dispatch_columns", None) or _from_columns(many) for d, many in zip(self._list, self.batch_calls)
         )
+        self.truncated_calls = tuple(call for d in self._list if callable(call := getattr(d, "truncated", None)))
 
     def _one_by_one(self, call: Callable[[DispatchRequest], None]) -> Callable[[list[DispatchRequest]], None]:
         def each(requests: list[DispatchRequest]) -> None:

@@ -122,5 +122,10 @@ happens meanwhile (pyrmq: on the event loop). Returns the bytes dropped."""
         dispatch_range(cl, self.dispatchers, start, resolver=self.tags_code_resolver, recovering=True)
         self.index_dispatcher.drain()
         self._replica_dispatched = offset
+        for call in self.dispatchers.truncated_calls:  # (a feature's progress may point into the cut tail)
+            try:
+                call(offset)
+            except Exception:
+                log.exception("dispatcher %r failed on the truncation at %d", call, offset)
         log.warning("commit log truncated from %d to %d (%d bytes) for the elected master's history", end, offset, end - offset)
         return end - offset
