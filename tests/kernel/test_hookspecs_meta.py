@@ -38,6 +38,7 @@ def test_every_hook_is_prefixed_and_listed():
         "pyrmq_make_replicator", "pyrmq_register_allocate_strategies", "pyrmq_check_transaction",
         "pyrmq_add_options", "pyrmq_apply_options", "pyrmq_run_instead", "pyrmq_register_settings",
         "pyrmq_role_changed", "pyrmq_make_flush_policy", "pyrmq_register_schedulers", "pyrmq_register_metric_collectors",
+        "pyrmq_register_slave_sync",
     }
 
 
@@ -45,12 +46,19 @@ def test_every_hook_is_prefixed_and_listed():
 
 
 def shipped_implementations() -> set[str]:
-    """Hooks implemented by the plugins the packaged bundles load (the essential plugins included)."""
+    """Hooks implemented by the plugins the packaged bundles load (the essential plugins included), and by the
+    feature classes those plugin modules define: a module registers its feature object in ``pyrmq_configure``
+    (``kernel.register``), whose ``@hookimpl`` methods answer the other hooks."""
     implemented: set[str] = set()
     for bundle_name in BUNDLES:
         pm = load_plugins(load_bundle(bundle_name), entry_points_enabled=False)
         for _, plugin in pm.list_name_plugin():
             implemented.update(c.name for c in pm.get_hookcallers(plugin) or () if c.name.startswith("pyrmq_"))
+            for value in list(vars(plugin).values()) if inspect.ismodule(plugin) else ():
+                if inspect.isclass(value) and value.__module__ == plugin.__name__:
+                    implemented.update(
+                        name for name, member in vars(value).items()
+                        if name.startswith("pyrmq_") and hasattr(member, f"{hookspecs.PROJECT}_impl"))
     return implemented
 
 
