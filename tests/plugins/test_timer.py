@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyrmq.plugins.broker.timer import TIMER_TOPIC, TimerService
-from pyrmq.plugins.broker.timer_wheel import SEGMENT_SIZE, TimingWheel, ceil_sec
+from pyrmq.plugins.broker.timer.wheel import SEGMENT_SIZE, TimingWheel, ceil_sec
 from pyrmq.store import GetMessageStatus, MessageRecord, MessageStore, StoreConfig, decode_messages
 
 BASE_MS = 1_700_000_000_000
