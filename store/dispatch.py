@@ -161,7 +161,9 @@ class Dispatcher(Protocol):
     # optional: ``dispatch_batch(requests)``, the requests of one batch append in one call (Dispatchers.dispatch_batch);
     # ``dispatch_columns(batch)``, a batch append as a DispatchBatch (Dispatchers.dispatch_columns: what the store's
     # batch puts call), without a request per record; ``truncated(offset)``, the commit log was cut at ``offset``
-    # (a failover replica dropping a tail its new master never had: MessageStore.truncate_replica), after the cut
+    # (a failover replica dropping a tail its new master never had: MessageStore.truncate_replica), after the cut;
+    # ``replicated_only = True``: it sees only records replicated from a master (MessageStore.append_raw), never the
+    # store's own appends or recovery (nothing on the append path: a feature following its master's writes)
 
 
 class RecoverableDispatcher(Dispatcher, Protocol):
@@ -177,7 +179,8 @@ class Dispatchers:
     :meth:`add` appends a feature's. The store's write path iterates :attr:`calls`, the collected ``dispatch``
     methods, and calls them directly, one after the other, for each appended record. A failing consume-queue
     dispatcher fails the put (the record would be unreadable); any other dispatcher's failure is logged
-    (:meth:`failed`) and the next one still runs.
+    (:meth:`failed`) and the next one still runs. A dispatcher marked ``replicated_only`` is kept apart
+    (:attr:`replicated_calls`): only records replicated from a master reach it, after the others.
     """
 
     def __init__(self, queue: Dispatcher, *others: Dispatcher) -> None:
@@ -192,6 +195,9 @@ class Dispatchers:
         #: per dispatcher, in the same order, what a batch put calls with its :class:`DispatchBatch`: the
         #: dispatcher's own ``dispatch_columns`` when it has one, else its batch call with ``batch.requests()``
         self.column_calls: tuple[Callable[[DispatchBatch], None], ...] = ()
+        #: the dispatchers that see only replicated records, and their ``dispatch`` methods, in ``order``
+        self._replicated: list[Dispatcher] = []
+        self.replicated_calls: tuple[Callable[[DispatchRequest], None], ...] = ()
         #: the ``truncated(offset)`` methods of the dispatchers that have one (told after a truncation)
         self.truncated_calls: tuple[Callable[[int], None], ...] = ()
         for d in (queue, *others):
@@ -203,8 +209,14 @@ class Dispatchers:
             raise TypeError(f"a store dispatcher needs a str name and an int order: {dispatcher!r}")
         if not callable(getattr(dispatcher, "dispatch", None)):
             raise TypeError(f"store dispatcher {dispatcher.name!r} has no dispatch(request) method")
-        if any(d is dispatcher for d in self._list):
+        if any(d is dispatcher for d in (*self._list, *self._replicated)):
             raise ValueError(f"store dispatcher {dispatcher.name!r} is already added")
+        if getattr(dispatcher, "replicated_only", False):
+            at = bisect.bisect_right([d.order for d in self._replicated], dispatcher.order)
+            self._replicated.insert(at, dispatcher)
+            self.replicated_calls = tuple(d.dispatch for d in self._replicated)
+            self._truncations()
+            return
         at = bisect.bisect_right([d.order for d in self._list], dispatcher.order)
         self._list.insert(at, dispatcher)
         self.calls = tuple(d.dispatch for d in self._list)
@@ -212,7 +224,10 @@ class Dispatchers:
         self.column_calls = tuple(
             getattr(d, "dispatch_columns", None) or _from_columns(many) for d, many in zip(self._list, self.batch_calls)
         )
-        self.truncated_calls = tuple(call for d in self._list if callable(call := getattr(d, "truncated", None)))
+        self._truncations()
+
+    def _truncations(self) -> None:
+        self.truncated_calls = tuple(call for d in self if callable(call := getattr(d, "truncated", None)))
 
     def _one_by_one(self, call: Callable[[DispatchRequest], None]) -> Callable[[list[DispatchRequest]], None]:
         def each(requests: list[DispatchRequest]) -> None:
@@ -256,16 +271,17 @@ class Dispatchers:
         return False
 
     def __iter__(self) -> Iterator[Dispatcher]:
-        return iter(list(self._list))
+        """Every dispatcher in ``order`` (the replicated-only ones among them)."""
+        return iter(sorted((*self._list, *self._replicated), key=lambda d: d.order))
 
     def __len__(self) -> int:
-        return len(self._list)
+        return len(self._list) + len(self._replicated)
 
     def __contains__(self, dispatcher: object) -> bool:
-        return any(d is dispatcher for d in self._list)
+        return any(d is dispatcher for d in self)
 
     def __repr__(self) -> str:
-        return "Dispatchers(" + ", ".join(f"{d.name}:{d.order}" for d in self._list) + ")"
+        return "Dispatchers(" + ", ".join(f"{d.name}:{d.order}" for d in self) + ")"
 
 
 def _from_columns(many: Callable[[list[DispatchRequest]], None]) -> Callable[[DispatchBatch], None]:

@@ -62,7 +62,7 @@ class StoreReplication:
             mf.append(view[:n])
             view = view[n:]
         _count, walked, self._replica_dispatched = dispatch_range(
-            cl, self.dispatchers, start, resolver=self.tags_code_resolver, partial_tail=True
+            cl, self.dispatchers, start, resolver=self.tags_code_resolver, partial_tail=True, replicated=True
         )
         self.index_dispatcher.drain()
         # the queue offsets the slave would assign next, should it become master: what its consume queues hold

@@ -78,18 +78,22 @@ def dispatch_range(
     resolver: TagsCodeResolver | None = None,
     recovering: bool = False,
     partial_tail: bool = False,
+    replicated: bool = False,
 ) -> tuple[int, set[tuple[str, int]], int]:
     """Re-dispatch what the dispatchers lack, from ``start`` to the end of the commit log.
 
     A dispatcher that implements ``has_dispatched`` gets only the records it lacks; one that does not gets the
     records the consume queue lacked. A failing dispatcher is logged and the walk goes on. With ``partial_tail`` a
-    record whose bytes are not all there yet (a replica mid-transfer) ends the walk quietly. Returns how many
-    records were dispatched, the ``(topic, queue_id)`` of every record walked (their queue offsets may have moved),
-    and the offset where the walk stopped (just after the last complete record).
+    record whose bytes are not all there yet (a replica mid-transfer) ends the walk quietly. ``replicated``: the
+    bytes came from a master (``append_raw``): the ``replicated_only`` dispatchers get each record the consume
+    queue lacked too, after the others. Returns how many records were dispatched, the ``(topic, queue_id)`` of every
+    record walked (their queue offsets may have moved), and the offset where the walk stopped (just after the last
+    complete record).
     """
     files = commit_log.queue.files
     queue = dispatchers.queue
-    checks = [(d, getattr(d, "has_dispatched", None)) for d in dispatchers]
+    checks = [(d, getattr(d, "has_dispatched", None)) for d in dispatchers if not getattr(d, "replicated_only", False)]
+    followers = dispatchers.replicated_calls if replicated else ()
     count = 0
     walked: set[tuple[str, int]] = set()
     start = end = max(start, commit_log.min_offset)
@@ -123,5 +127,11 @@ def dispatch_range(
                     d.dispatch(request)
                 except Exception:
                     log.exception("dispatcher %s failed on the record at %d", d.name, h.pos)
+            if queue_missing:
+                for call in followers:
+                    try:
+                        call(request)
+                    except Exception:
+                        log.exception("dispatcher %r failed on the replicated record at %d", call, h.pos)
             count += 1
     return count, walked, end

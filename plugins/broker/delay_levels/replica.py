@@ -37,25 +37,20 @@ WALK_BACK_MAX = 100_000
 
 class CopyWatcher:
     """A store dispatcher: on a broker that is not the master, each replicated delivered copy moves its level's
-    progress; a truncation moves it back. On the master it returns at once (one attribute test per append)."""
+    progress; a truncation moves it back. Marked ``replicated_only``: the store hands it
+    only what ``append_raw`` brings from a master, so a master's appends never call it."""
 
     name = "delay-copies"
     order = 40
+    #: only records replicated from the master reach it (nothing on the append path)
+    replicated_only = True
 
     def __init__(self, service: Any) -> None:
         self.service = service
 
     def dispatch(self, request: Any) -> None:
-        service = self.service
-        if service.master or request.recovering:
-            return
-        service.copy_replicated(request)
-
-    def dispatch_batch(self, requests: Any) -> None:
-        """A batch is never a delivered copy."""
-
-    def dispatch_columns(self, batch: Any) -> None:
-        """A batch is never a delivered copy."""
+        if not self.service.master:
+            self.service.copy_replicated(request)
 
     def truncated(self, offset: int) -> None:
         self.service.truncated(offset)

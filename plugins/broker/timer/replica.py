@@ -78,25 +78,20 @@ class RecentCopies:
 class CopyWatcher:
     """A store dispatcher: on a broker that is not the master, each replicated record carrying
     :data:`~.records.PROPERTY_PARKED_OFFSET` confirms that parked record (:meth:`ReplicaConfirmation.copy_replicated`);
-    a truncation puts back what it cut. On the master it returns at once (one attribute test per append)."""
+    a truncation puts back what it cut. Marked ``replicated_only``: the store hands it
+    only what ``append_raw`` brings from a master, so a master's appends never call it."""
 
     name = "timer-copies"
     order = 40
+    #: only records replicated from the master reach it (nothing on the append path)
+    replicated_only = True
 
     def __init__(self, service: Any) -> None:
         self.service = service
 
     def dispatch(self, request: Any) -> None:
-        service = self.service
-        if service.master or request.recovering:
-            return
-        service.copy_replicated(request)
-
-    def dispatch_batch(self, requests: Any) -> None:
-        """A batch is never a timer copy."""
-
-    def dispatch_columns(self, batch: Any) -> None:
-        """A batch is never a timer copy."""
+        if not self.service.master:
+            self.service.copy_replicated(request)
 
     def truncated(self, offset: int) -> None:
         self.service.truncated(offset)
