@@ -77,7 +77,6 @@ class WheelDelivery:
     stalled: tuple[int, int] | None
     lags: Any
     lags_from_ms: int
-
     _truncated_at: int | None
 
     def set_role(self, master: bool) -> None:
