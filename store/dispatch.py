@@ -227,7 +227,8 @@ class Dispatchers:
         self._truncations()
 
     def _truncations(self) -> None:
-        self.truncated_calls = tuple(call for d in self if callable(call := getattr(d, "truncated", None)))
+        self.truncated_calls = tuple(
+            call for d in (*self._list, *self._replicated) if callable(call := getattr(d, "truncated", None)))
 
     def _one_by_one(self, call: Callable[[DispatchRequest], None]) -> Callable[[list[DispatchRequest]], None]:
         def each(requests: list[DispatchRequest]) -> None:
@@ -271,17 +272,21 @@ class Dispatchers:
         return False
 
     def __iter__(self) -> Iterator[Dispatcher]:
-        """Every dispatcher in ``order`` (the replicated-only ones among them)."""
-        return iter(sorted((*self._list, *self._replicated), key=lambda d: d.order))
+        """The dispatchers every appended record goes through, in ``order`` (not the replicated-only ones)."""
+        return iter(list(self._list))
+
+    def replicated(self) -> list[Dispatcher]:
+        """The replicated-only dispatchers, in ``order``."""
+        return list(self._replicated)
 
     def __len__(self) -> int:
-        return len(self._list) + len(self._replicated)
+        return len(self._list)
 
     def __contains__(self, dispatcher: object) -> bool:
-        return any(d is dispatcher for d in self)
+        return any(d is dispatcher for d in (*self._list, *self._replicated))
 
     def __repr__(self) -> str:
-        return "Dispatchers(" + ", ".join(f"{d.name}:{d.order}" for d in self) + ")"
+        return "Dispatchers(" + ", ".join(f"{d.name}:{d.order}" for d in (*self._list, *self._replicated)) + ")"
 
 
 def _from_columns(many: Callable[[list[DispatchRequest]], None]) -> Callable[[DispatchBatch], None]:

@@ -92,7 +92,7 @@ def dispatch_range(
     """
     files = commit_log.queue.files
     queue = dispatchers.queue
-    checks = [(d, getattr(d, "has_dispatched", None)) for d in dispatchers if not getattr(d, "replicated_only", False)]
+    checks = [(d, getattr(d, "has_dispatched", None)) for d in dispatchers]
     followers = dispatchers.replicated_calls if replicated else ()
     count = 0
     walked: set[tuple[str, int]] = set()

@@ -252,8 +252,7 @@ async def test_a_store_dispatcher_sees_every_appended_record_in_order(start_role
     from pyrmq.plugins.broker.core import BROKER
 
     store = kernel.state.get(BROKER).store
-    assert [d.name for d in store.dispatchers] == [
-        "consume_queue", "index", "audit", "long-polling", "ha-transfer-wakeup", "delay-copies", "timer-copies"]
+    assert [d.name for d in store.dispatchers] == ["consume_queue", "index", "audit", "long-polling", "ha-transfer-wakeup"]
     for i in range(3):
         assert (await remoting_client.invoke(addr, send_request("TA", b"m%d" % i, queue_id=1))).code == 0
     assert plugin.audit.seen == [("TA", 1, 0), ("TA", 1, 1), ("TA", 1, 2)]
