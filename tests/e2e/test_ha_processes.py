@@ -231,4 +231,5 @@ async def test_master_slave_processes(spawn, tmp_path, broker_port, until):
                     return False
 
                 await until(master_pulls, "the restarted master serving the consumers' pulls")
+                print(f"the restarted master served a pull after {rounds} more round(s) of sends")
             await until(lambda: _true(set(after.values()) <= set(seen)), "every message sent after the restart consumed")
