@@ -61,6 +61,8 @@ def fill(path: Path) -> int:
 async def _scenario(cluster: Cluster, mnt: Path) -> dict:
     acked: list[str] = []
     refusals: list[str] = []
+    # the first send creates the topic from TBW102's route, without a retry: the broker's registration first
+    await cluster.registered()
     async with Producer(cluster.namesrv_addr, group="full_producer", retry_times=0) as producer:
 
         async def send(i: int) -> bool:
@@ -89,7 +91,8 @@ async def _scenario(cluster: Cluster, mnt: Path) -> dict:
                 ok_while_full += await send(i)
                 i += 1
                 assert cluster.broker.poll() is None, "the broker died on a full disk"
-            # reads keep working
+            # reads keep working (the route of the topic the first send created: a registration that follows it)
+            await cluster.registered(TOPIC)
             served = []
             async with PullConsumer(cluster.namesrv_addr, group="full_reader") as reader:
                 for q in range(4):

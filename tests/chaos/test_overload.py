@@ -39,6 +39,10 @@ async def scenario(cluster: Cluster, seconds: float, polls: int) -> dict:
     async with Admin(cluster.namesrv_addr) as admin:
         for topic in ("Idle", "Big", "Victim"):
             await admin.create_topic(topic, 1, broker_addr=cluster.broker_addr)
+    # the producers send to Big and Victim: their routes first (a topic created before the broker's first
+    # registration reaches the name server with that registration)
+    for topic in ("Big", "Victim"):
+        await cluster.registered(topic)
     big_body = os.urandom(4 * 1024 * 1024 - 4096)  # incompressible: the client's zlib cannot shrink it
     async with Producer(cluster.namesrv_addr, group="overload_big") as big, \
             Producer(cluster.namesrv_addr, group="overload_victim") as victim:

@@ -36,6 +36,7 @@ SETTINGS = {"flushDiskType": "SYNC_FLUSH", "messageDelayLevel": "1s 2s", "flushD
 async def _fill(cluster: Cluster) -> None:
     async with Admin(cluster.namesrv_addr) as admin:
         await admin.create_topic(TOPIC, QUEUES, broker_addr=cluster.broker_addr)
+    await cluster.registered(TOPIC)
     async with Producer(cluster.namesrv_addr, group="torn_producer") as producer:
         with trio.fail_after(60):
             for i in range(N):
@@ -76,6 +77,7 @@ async def _serve(cluster: Cluster, sample_keys: list[str]) -> tuple[list[str], d
     """Everything the restarted broker serves: the cids of the topic by pulling every queue, the committed
     offsets, and how many messages each sampled key query finds."""
     cids: list[str] = []
+    await cluster.registered(TOPIC)
     async with PullConsumer(cluster.namesrv_addr, group="torn_reader") as reader:
         for q in range(QUEUES):
             mq = MessageQueue(TOPIC, "chaos-broker", q)
