@@ -22,6 +22,7 @@ from pyrmq.kernel.bundles import format_java_properties, parse_java_properties
 from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import Processor
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.broker.core import ROLE, BrokerContext, register_feature
 from pyrmq.plugins.broker.groups import SubscriptionGroupConfig
 from pyrmq.plugins.broker.topics import NOT_ALLOWED_SEND_TOPICS, AUTO_CREATE_TOPIC_KEY, TopicConfig, topic_problem
@@ -427,5 +428,5 @@ class AdminProcessor:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     register_feature(kernel, "broker.admin", AdminProcessor)

@@ -14,6 +14,7 @@ import trio
 from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import Processor
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.broker.clients import (
     CONSUME_FROM_WHERE,
     CONSUME_TYPES,
@@ -177,5 +178,5 @@ class ConsumerManageProcessor:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     register_feature(kernel, "broker.consumer_manage", ConsumerManageProcessor)

@@ -25,7 +25,7 @@ from cachetools import LRUCache
 
 from pyrmq.kernel.errors import ConfigError, FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.kernel import Kernel, StateKey
 from pyrmq.kernel.types import Role, RoleChange
 from pyrmq.plugins.broker.clients import ConsumerGroupInfo, ConsumerManager, ProducerManager
 from pyrmq.plugins.broker.consumer_filter import ConsumerFilterManager
@@ -292,7 +292,7 @@ def pyrmq_register_settings() -> dict[str, type]:
 
 
 @hookimpl(tryfirst=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     # tryfirst: the context exists before any feature plugin's configure looks for it (like pytest's own configure)
     if ROLE in kernel.bundle.roles:
         ctx = kernel.state.put(BROKER, BrokerContext(kernel))
@@ -300,7 +300,7 @@ def pyrmq_configure(kernel: Any) -> None:
 
 
 @hookimpl(tryfirst=True)
-async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
+async def pyrmq_serve(kernel: Kernel, nursery: trio.Nursery) -> None:
     ctx = kernel.state.find(BROKER)
     if ctx is None:
         return
@@ -329,7 +329,7 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
 
 
 @hookimpl(tryfirst=True)
-async def pyrmq_role_changed(kernel: Any, change: RoleChange) -> None:
+async def pyrmq_role_changed(kernel: Kernel, change: RoleChange) -> None:
     # first, so every feature's implementation finds BrokerContext.role up to date; the name servers learn the
     # broker id (0 for a master) and the failover epoch (dataVersion.stateVersion, their fence) at once
     ctx = kernel.state.find(BROKER)
@@ -344,7 +344,7 @@ async def pyrmq_role_changed(kernel: Any, change: RoleChange) -> None:
 
 
 @hookimpl(trylast=True)
-def pyrmq_register_metric_collectors(kernel: Any, role: str) -> list[Any] | None:
+def pyrmq_register_metric_collectors(kernel: Kernel, role: str) -> list[Any] | None:
     from pyrmq.plugins.broker.metrics import BrokerCollector  # prometheus_client only when the exporter is on
 
     ctx = kernel.state.find(BROKER)
@@ -352,7 +352,7 @@ def pyrmq_register_metric_collectors(kernel: Any, role: str) -> list[Any] | None
 
 
 @hookimpl(trylast=True)
-def pyrmq_connection_closed(kernel: Any, role: str, connection: Any) -> None:
+def pyrmq_connection_closed(kernel: Kernel, role: str, connection: Any) -> None:
     ctx = kernel.state.find(BROKER)
     if ctx is not None and role == ROLE:
         ctx.consumers.connection_closed(connection)
@@ -360,7 +360,7 @@ def pyrmq_connection_closed(kernel: Any, role: str, connection: Any) -> None:
 
 
 @hookimpl(trylast=True)
-async def pyrmq_unconfigure(kernel: Any) -> None:
+async def pyrmq_unconfigure(kernel: Kernel) -> None:
     ctx = kernel.state.find(BROKER)
     if ctx is None:
         return

@@ -17,10 +17,11 @@ from __future__ import annotations
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.store.config import StoreConfig
 from pyrmq.store.flush import FlushPolicy, default_flush_policy
 
 
 @hookimpl(trylast=True)
-def pyrmq_make_flush_policy(kernel: Any, config: StoreConfig) -> FlushPolicy:
+def pyrmq_make_flush_policy(kernel: Kernel, config: StoreConfig) -> FlushPolicy:
     return default_flush_policy(config)

@@ -14,6 +14,7 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import Processor
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.broker.core import ROLE, register_feature
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
@@ -89,5 +90,5 @@ class LockProcessor:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     register_feature(kernel, "broker.locks", lambda ctx: LockProcessor(RebalanceLockManager()))

@@ -30,6 +30,7 @@ import attrs
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import ORDER_REROUTE, Processor, PutChain, PutContext, PutInterceptor, PutKind, Rejection
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.broker.topics import (
     DLQ_GROUP_TOPIC_PREFIX,
     Permission,
@@ -189,7 +190,7 @@ class SendBackProcessor:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     from pyrmq.plugins.broker.core import register_feature
 
     register_feature(kernel, "broker.dead_letter", lambda ctx: DeadLetterInterceptor(ctx.topics, ctx.groups))

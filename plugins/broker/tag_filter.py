@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.store.dispatch import TagsCodeFilter
 from pyrmq.remoting.message import java_string_hash
 
@@ -27,7 +28,7 @@ def compile_tag_expression(expression: str | None) -> TagsCodeFilter:
 
 
 @hookimpl(trylast=True)
-def pyrmq_make_message_filter(kernel: Any, expression_type: str, expression: str) -> TagsCodeFilter | None:
+def pyrmq_make_message_filter(kernel: Kernel, expression_type: str, expression: str) -> TagsCodeFilter | None:
     if (expression_type or "TAG").upper() != "TAG":
         return None
     return compile_tag_expression(expression)

@@ -9,25 +9,26 @@ import logging
 from typing import Any
 
 from pyrmq.kernel.hookspecs import hookimpl
+from pyrmq.kernel.kernel import Kernel
 
 log = logging.getLogger("pyrmq.role")
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     log.info("configuring bundle %s (%s): roles %s", kernel.bundle.name, kernel.bundle.file, ", ".join(kernel.bundle.roles))
 
 
 @hookimpl(trylast=True)
-def pyrmq_connection_opened(kernel: Any, role: str, connection: Any) -> None:
+def pyrmq_connection_opened(kernel: Kernel, role: str, connection: Any) -> None:
     log.debug("%s: connection opened: %s", role, getattr(connection, "remote_address", connection))
 
 
 @hookimpl(trylast=True)
-def pyrmq_connection_closed(kernel: Any, role: str, connection: Any) -> None:
+def pyrmq_connection_closed(kernel: Kernel, role: str, connection: Any) -> None:
     log.debug("%s: connection closed: %s", role, getattr(connection, "remote_address", connection))
 
 
 @hookimpl(trylast=True)
-async def pyrmq_unconfigure(kernel: Any) -> None:
+async def pyrmq_unconfigure(kernel: Kernel) -> None:
     log.info("bundle %s stopped", kernel.bundle.name)

@@ -31,7 +31,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.kernel import Kernel, StateKey
 from pyrmq.kernel.settings import one_of, port as tcp_port, setting
 from pyrmq.plugins.builtin.hosts import HostRule, host_list_problem
 from pyrmq.plugins.builtin.remoting_server import SERVERS
@@ -242,7 +242,7 @@ def _role_labels(kernel: Any, role: str) -> tuple[str, str, str]:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     endpoints: dict[str, MetricsEndpoint] = {}  # role -> endpoint (roles naming one address share it)
     sharing: dict[tuple[str, int] | int, list[str]] = {}  # address (port 0: each role its own) -> roles
     for n, role in enumerate(kernel.bundle.roles):
@@ -259,7 +259,7 @@ def pyrmq_configure(kernel: Any) -> None:
 
 
 @hookimpl
-async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
+async def pyrmq_serve(kernel: Kernel, nursery: trio.Nursery) -> None:
     endpoints = kernel.state.find(ENDPOINTS)
     if not endpoints:
         return

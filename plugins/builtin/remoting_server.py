@@ -18,7 +18,7 @@ import attrs
 import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.kernel import Kernel, StateKey
 from pyrmq.kernel.settings import port as tcp_port, setting
 from pyrmq.remoting.codes import RequestCode
 from pyrmq.remoting.server import RemotingServer
@@ -54,7 +54,7 @@ def _listen_address(kernel: Any, role: str) -> tuple[str, int]:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     servers: dict[str, RemotingServer] = {}
 
     def server(role: str, listener: str, host: str, port: int) -> RemotingServer:
@@ -77,7 +77,7 @@ def pyrmq_configure(kernel: Any) -> None:
 
 
 @hookimpl(trylast=True)
-async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
+async def pyrmq_serve(kernel: Kernel, nursery: trio.Nursery) -> None:
     for listener, server in kernel.state.get(SERVERS).items():
         if listener == "broker-vip":
             table = dict(kernel.processors.get("broker", {}))

@@ -26,6 +26,7 @@ import trio
 from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.settings import port as tcp_port, setting
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.builtin.hosts import address_list_problem, host_list_problem, is_loopback
 
 log = logging.getLogger("pyrmq.dashboard")
@@ -153,13 +154,13 @@ def _served(kernel: Any) -> DashboardSettings | None:
 
 
 @hookimpl
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     if _served(kernel) is not None:
         kernel.expect_listening("dashboard")  # the CLI's ready line names it
 
 
 @hookimpl
-async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
+async def pyrmq_serve(kernel: Kernel, nursery: trio.Nursery) -> None:
     settings = _served(kernel)
     if settings is None:
         return

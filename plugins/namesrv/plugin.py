@@ -21,6 +21,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from pyrmq.kernel.bundles import format_java_properties
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.settings import at_least, setting
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.namesrv.kvconfig import KVConfig
 from pyrmq.plugins.namesrv.routes import RouteTable
 from pyrmq.remoting import fastjson
@@ -332,6 +333,6 @@ def pyrmq_register_settings() -> dict[str, type]:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     if ROLE in kernel.bundle.roles:
         kernel.register(NameServer(kernel), "namesrv")

@@ -17,6 +17,7 @@ import attrs
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.settings import at_least, between, setting
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.remoting.message import BORNHOST_V6_FLAG, NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR, STOREHOSTADDRESS_V6_FLAG
 
 from . import Sql92Expression, compile_sql92
@@ -127,7 +128,7 @@ class Sql92MessageFilter:
 
 
 @hookimpl(trylast=True)
-def pyrmq_make_message_filter(kernel: Any, expression_type: str, expression: str) -> Sql92MessageFilter | None:
+def pyrmq_make_message_filter(kernel: Kernel, expression_type: str, expression: str) -> Sql92MessageFilter | None:
     if (expression_type or "").upper() != EXPRESSION_TYPE:
         return None
     return Sql92MessageFilter(compile_sql92(expression))
@@ -150,7 +151,7 @@ def pyrmq_register_settings() -> dict[str, type]:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     settings = kernel.settings.find(BloomFilterSettings)
     if settings is None:
         return

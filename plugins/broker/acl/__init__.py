@@ -33,6 +33,7 @@ from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import Processor
 from pyrmq.kernel.settings import setting
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 
@@ -308,7 +309,7 @@ def pyrmq_register_settings() -> dict[str, type]:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     from pyrmq.plugins.broker.core import BROKER
 
     ctx = kernel.state.find(BROKER)

@@ -23,6 +23,7 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import Processor, RoleChange, Scheduler, SlaveSyncStep, StoreDispatcher
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.broker.delay_levels.replica import CopyWatcher, DelayOffsetSync
 from pyrmq.plugins.broker.delay_levels.service import DelayLevelService
 from pyrmq.plugins.broker.delay_levels.settings import DelayLevelSettings, parse_delay_levels
@@ -80,7 +81,7 @@ def pyrmq_register_settings() -> dict[str, type]:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     from pyrmq.plugins.broker.core import BROKER
 
     ctx = kernel.state.find(BROKER)

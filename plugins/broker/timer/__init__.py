@@ -27,6 +27,7 @@ import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import MetricCollector, RoleChange, Scheduler, StoreDispatcher
+from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.broker.timer.records import TIMER_TOPIC
 from pyrmq.plugins.broker.timer.replica import CopyWatcher
 from pyrmq.plugins.broker.timer.service import TimerService
@@ -92,7 +93,7 @@ def pyrmq_register_settings() -> dict[str, Any]:
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
+def pyrmq_configure(kernel: Kernel) -> None:
     from pyrmq.plugins.broker.core import BROKER
 
     ctx = kernel.state.find(BROKER)
