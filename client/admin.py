@@ -362,7 +362,7 @@ class Admin(ClientService):
 
     async def broker_config(self, broker_addr: str) -> dict[str, str]:
         """A broker's settings (GET_BROKER_CONFIG, 26; mqadmin getBrokerConfig)."""
-        from pyrmq.kernel.bundles import parse_java_properties
+        from pyrmq.kernel.javaprops import parse_java_properties
 
         self._check_started()
         resp = await self._broker(broker_addr, RequestCode.GET_BROKER_CONFIG)

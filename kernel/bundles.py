@@ -27,9 +27,8 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from typing import Any
 import attrs
 
 from pyrmq.kernel.errors import ConfigError
+from pyrmq.kernel.javaprops import parse_java_properties
 from pyrmq.kernel.settings import PLUGIN_SECTION_PREFIX, Source
 
 log = logging.getLogger("pyrmq.kernel.bundles")
@@ -255,38 +255,6 @@ def load_bundle(path_or_name: str | os.PathLike[str]) -> Bundle:
     if path.suffix != ".toml":
         return load_broker_conf(path)
     return parse_bundle(_read_toml(path), file=str(path))
-
-
-def parse_java_properties(lines: Iterable[str]) -> dict[str, str]:
-    """Read Java ``.properties`` text (``key=value``, ``key: value`` or ``key value``; ``#``/``!`` comments)."""
-    out: dict[str, str] = {}
-    pending = ""
-    for raw in lines:
-        line = raw.rstrip("\r\n")
-        stripped = line.lstrip()
-        if not pending and (not stripped or stripped[0] in "#!"):
-            continue
-        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
-            pending += stripped[:-1]
-            continue
-        logical = pending + stripped
-        pending = ""
-        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", logical)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
-        else:
-            out[logical.strip()] = ""
-    return out
-
-
-def format_java_properties(values: Mapping[str, Any], **overrides: Any) -> str:
-    """Settings (with ``overrides``, e.g. the real port of ``listenPort = 0``) as Java ``.properties`` text
-    (``key=value`` lines, booleans as ``true``/``false``): the body of GET_BROKER_CONFIG / GET_NAMESRV_CONFIG."""
-    out = []
-    for key, value in sorted({**values, **overrides}.items()):
-        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        out.append(f"{key}={text}\n")
-    return "".join(out)
 
 
 def load_broker_conf(path: str | os.PathLike[str]) -> Bundle:

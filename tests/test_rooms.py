@@ -37,7 +37,7 @@ ROOMS = {
     "SQL92": "plugins/sql92",
     "name server": "plugins/namesrv",
     "dashboard": "plugins/dashboard",
-    "metrics endpoint": "plugins/builtin/metrics.py",
+    "metrics endpoint": "plugins/builtin/metrics",
     "flush policy": "plugins/broker/flush.py",
 }
 

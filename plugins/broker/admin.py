@@ -18,7 +18,7 @@ from typing import Any
 
 import trio
 
-from pyrmq.kernel.bundles import format_java_properties, parse_java_properties
+from pyrmq.kernel.javaprops import format_java_properties, parse_java_properties
 from pyrmq.kernel.errors import ConfigError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import Processor

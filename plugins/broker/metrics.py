@@ -1,5 +1,5 @@
 """The broker core's Prometheus series (RocketMQ 5.x's names and labels), served by the metrics plugin
-(plugins/builtin/metrics.py) when ``metricsExporterType = PROM``.
+(plugins/builtin/metrics/) when ``metricsExporterType = PROM``.
 
 Nothing is counted for Prometheus on the send and pull paths: :class:`BrokerCollector` reads the broker's counters
 (plugins/broker/stats.py), offsets, client tables and store when ``/metrics`` is scraped. Feature plugins add their

@@ -18,7 +18,7 @@ import trio
 import attrs
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from pyrmq.kernel.bundles import format_java_properties
+from pyrmq.kernel.javaprops import format_java_properties
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.settings import at_least, setting
 from pyrmq.kernel.kernel import Kernel

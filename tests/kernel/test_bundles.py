@@ -12,7 +12,8 @@ import pytest
 
 from types import SimpleNamespace
 
-from pyrmq.kernel.bundles import Bundle, load_bundle, packaged_bundle_path, parse_java_properties
+from pyrmq.kernel.bundles import Bundle, load_bundle, packaged_bundle_path
+from pyrmq.kernel.javaprops import parse_java_properties
 from pyrmq.kernel.errors import ConfigError, PluginError
 from pyrmq.kernel.manager import load_plugins
 from pyrmq.kernel.service import bundle_settings

@@ -184,7 +184,7 @@ async def test_a_reply_is_pushed_to_the_requesting_producer_and_stored(broker, r
 
 
 async def test_broker_and_name_server_configs_read_as_java_properties(broker, remoting_client):
-    from pyrmq.kernel.bundles import parse_java_properties
+    from pyrmq.kernel.javaprops import parse_java_properties
 
     resp = await remoting_client.invoke(broker.listening["broker"], RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
     assert resp.code == ResponseCode.SUCCESS
