@@ -195,9 +195,12 @@ class Admin(ClientService):
         order: bool = False,
         cluster: str | None = None,
         broker_addr: str | None = None,
+        message_type: str | None = None,
     ) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC on every master of ``cluster`` (default: every cluster) or one broker; returns
-        the broker names updated. Creating an existing topic updates its queue counts and permission."""
+        the broker names updated. Creating an existing topic updates its queue counts and permission.
+        ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION, MIXED) sets RocketMQ 5.x's ``message.type`` attribute,
+        as ``mqadmin updateTopic -a +message.type=FIFO`` does."""
         self._check_started()
         check_name("topic", topic)
         ext = {
@@ -205,6 +208,8 @@ class Admin(ClientService):
             "readQueueNums": read_queue_nums or queue_nums, "writeQueueNums": write_queue_nums or queue_nums,
             "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "true" if order else "false",
         }
+        if message_type:
+            ext["attributes"] = f"+message.type={message_type}"
         done = []
         for name, addr in await self._masters(cluster, broker_addr):
             await self._broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, dict(ext))
