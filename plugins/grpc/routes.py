@@ -52,6 +52,8 @@ class Routes:
         self.ctx = ctx
         #: this broker's gRPC endpoint once it listens (``host:port``)
         self.own_endpoint = ""
+        #: its KV key: the broker's registered remoting address, once known
+        self.key = ""
         self._endpoints: dict[str, str] = {}
         self._endpoints_at = -1e9
         self._endpoints_lock = trio.Lock()
@@ -64,13 +66,15 @@ class Routes:
     async def publish(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Put this broker's endpoint into every name server's KV now and every REFRESH seconds."""
         task_status.started()
-        await self.ctx.kernel.wait_listening("broker")  # the registration knows its real address from then on
+        # the key is the address the broker registers: brokerIP1 and the port its listener really bound
+        port = (await self.ctx.kernel.wait_listening("broker")).rpartition(":")[2]
+        self.key = f"{self.ctx.settings.brokerIP1}:{port}"
         while True:
             await self._put_all()
             await trio.sleep(REFRESH)
 
     async def _put_all(self) -> None:
-        key = self.ctx.registration.broker_addr
+        key = self.key
         for addr in self._namesrvs():
             request = RemotingCommand.request(RequestCode.PUT_KV_CONFIG,
                                               {"namespace": NAMESPACE, "key": key, "value": self.own_endpoint})
@@ -86,7 +90,9 @@ class Routes:
         """Delete this broker's entry (at stop, through a client of its own: the service nursery is gone)."""
         from pyrmq.remoting.client import RemotingClient
 
-        key = self.ctx.registration.broker_addr
+        key = self.key
+        if not key:
+            return
         async with RemotingClient() as client:
             for addr in self._namesrvs():
                 with trio.move_on_after(2):
@@ -96,10 +102,14 @@ class Routes:
                     except RemotingError:
                         pass
 
-    async def endpoints(self, *, refresh: bool = False) -> dict[str, str]:
-        """Remoting address -> gRPC endpoint of every broker that published one (cached CACHE_TTL seconds)."""
+    async def endpoints(self, route: TopicRouteData | None = None) -> dict[str, str]:
+        """Remoting address -> gRPC endpoint of every broker that published one (cached CACHE_TTL seconds; read
+        again at once, at most every second, when ``route`` names a broker the cache lacks: one just started)."""
         async with self._endpoints_lock:
-            if refresh or trio.current_time() - self._endpoints_at > CACHE_TTL:
+            age = trio.current_time() - self._endpoints_at
+            missing = route is not None and any(
+                addr not in self._endpoints and addr != self.key for b in route.broker_datas for addr in b.broker_addrs.values())
+            if age > CACHE_TTL or (missing and age > 1.0):
                 for addr in self._namesrvs():
                     request = RemotingCommand.request(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": NAMESPACE})
                     try:
@@ -118,7 +128,8 @@ class Routes:
                     self._endpoints_at = trio.current_time()
                     break
         table = dict(self._endpoints)
-        table[self.ctx.registration.broker_addr] = self.own_endpoint
+        if self.key:
+            table[self.key] = self.own_endpoint
         return table
 
     # -- routes --------------------------------------------------------------------------------------------

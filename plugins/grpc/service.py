@@ -320,7 +320,7 @@ class MessagingService:
         topic = request.topic.name
         self._check_topic(topic)
         route = await self._route(topic)
-        endpoints = await self.routes.endpoints()
+        endpoints = await self.routes.endpoints(route)
         accepted = self._accepted_types(topic)
         response = pb.QueryRouteResponse(status=OK_STATUS)
         for broker, broker_id, endpoint, queue in broker_entries(route, endpoints):
@@ -347,7 +347,7 @@ class MessagingService:
         self._check_topic(topic)
         self._check_group(group)
         route = await self._route(topic)
-        endpoints = await self.routes.endpoints()
+        endpoints = await self.routes.endpoints(route)
         config = self.ctx.groups.table.get(group)
         orderly = bool(getattr(config, "consume_message_orderly", False))
         response = pb.QueryAssignmentResponse(status=OK_STATUS)

@@ -101,7 +101,7 @@ class Call:
     """
 
     __slots__ = ("conn", "stream_id", "path", "metadata", "deadline", "peer", "scope", "_buffer", "_messages",
-                 "_ended", "_arrived", "_headers_sent", "_closed", "_send_lock", "_encoding", "attributes")
+                 "_ended", "_arrived", "_headers_sent", "_closed", "_send_lock", "_encoding", "attributes", "_error")
 
     def __init__(self, conn: GrpcConnection, stream_id: int, path: str, metadata: dict[str, str], deadline: float,
                  encoding: str | None) -> None:
@@ -120,6 +120,8 @@ class Call:
         self._closed = False
         self._send_lock = trio.Lock()
         self._encoding = encoding
+        #: why the client's input was refused (too large, does not inflate): the call ends with it
+        self._error: GrpcError | None = None
         #: per-call data the service keeps (the authenticated account, ...)
         self.attributes: dict[str, Any] = {}
 
@@ -166,6 +168,8 @@ class Call:
 
     async def recv(self) -> bytes | None:
         """The next message from the client, or None once it half-closed its side."""
+        if self._error is not None:
+            raise self._error
         while not self._messages:
             if self._ended:
                 if self._buffer:
@@ -173,6 +177,8 @@ class Call:
                 return None
             self._arrived = trio.Event()
             await self._arrived.wait()
+            if self._error is not None:
+                raise self._error
         return self._messages.pop(0)
 
     async def recv_one(self) -> bytes:
@@ -182,6 +188,8 @@ class Call:
             if self._ended:
                 break
             await self._arrived.wait()
+        if self._error is not None:
+            raise self._error
         if self._buffer:
             raise GrpcError(INTERNAL, "the request ended inside a message")
         if len(self._messages) != 1:
@@ -497,20 +505,18 @@ class GrpcConnection:
         except h2.exceptions.ProtocolError:  # pragma: no cover - the stream closed meanwhile
             pass
         call = self.calls.get(stream_id)
-        if call is None or call._closed:
+        if call is None or call._closed or call._error is not None:
             return
         try:
             call._data(event.data or b"")
         except GrpcError as exc:
-            # this stream only: answer with the status and stop reading it
-            self._nursery.start_soon(self._fail_call, call, exc)  # type: ignore[union-attr]
-
-    async def _fail_call(self, call: Call, error: GrpcError) -> None:
-        if call.scope is not None:
-            call.scope.cancel()
-        await call.finish(error.code, error.message)
-        self._refuse(call.stream_id, h2.errors.ErrorCodes.NO_ERROR)
-        self.wake_writer()
+            # this stream only: the call ends with this status, what else it sends is dropped
+            call._error = exc
+            call._buffer.clear()
+            call._messages.clear()
+            call._end()
+            if call.scope is not None:
+                call.scope.cancel()
 
     def _reset(self, stream_id: int) -> None:
         call = self.calls.get(stream_id)
@@ -537,7 +543,9 @@ class GrpcConnection:
                     except Exception:  # noqa: BLE001 - a bug must not take the connection down; it is logged
                         log.exception("gRPC call %s from %s failed", call.path, self.peer)
                         error = GrpcError(INTERNAL, "internal error while serving the call (see the broker log)")
-                if scope.cancelled_caught and not call._closed:
+                if call._error is not None:
+                    error = call._error
+                elif scope.cancelled_caught and not call._closed:
                     if trio.current_time() >= call.deadline:
                         error = GrpcError(DEADLINE_EXCEEDED, "deadline exceeded")
                     elif self._closing:
@@ -548,6 +556,10 @@ class GrpcConnection:
                 await call.finish(error.code, error.message)
             else:
                 await call.finish(OK)
+            if not call._ended:
+                # answered before the client finished sending (an error, a handler that needed less): grpc's
+                # RST_STREAM(NO_ERROR) after the trailers tells it to stop
+                self._refuse(call.stream_id, h2.errors.ErrorCodes.NO_ERROR)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:

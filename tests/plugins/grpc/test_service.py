@@ -9,6 +9,7 @@ import pytest
 import trio
 
 from pyrmq.client import MessageQueue, PullConsumer, PullStatus
+from pyrmq.plugins.broker.topics import TopicConfig
 from pyrmq.plugins.grpc.schema import pb
 
 Code = pb.Code
@@ -221,3 +222,37 @@ async def test_thread_stack_and_verify_message_commands_are_answered_by_nonce(gr
         reply.thread_stack_trace.thread_stack_trace = "main: running"
         await client.send(stream, reply.SerializeToString())
     assert results["print_thread_stack_trace_command"].thread_stack_trace.thread_stack_trace == "main: running"
+
+
+async def test_acl_refusals_are_unauthorized_for_who_and_forbidden_for_what(grpc_dev, raw, tmp_path, monkeypatch):
+    import hashlib
+    import hmac
+
+    home = tmp_path / "rocketmq"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(
+        "accounts:\n  - accessKey: grpcUser\n    secretKey: grpcSecret1\n    defaultTopicPerm: DENY\n"
+        "    topicPerms: [Allowed=PUB]\n")
+    monkeypatch.setenv("ROCKETMQ_HOME", str(home))
+    dev = await grpc_dev(aclEnable=True)
+    dev.endpoint.ctx.topics.update(TopicConfig("Allowed", 1, 1))
+    client = await raw(dev.grpc)
+
+    def signed(secret: str, ak: str = "grpcUser", date: str = "20261127T120000Z") -> dict:
+        sig = hmac.new(secret.encode(), date.encode(), hashlib.sha1).hexdigest()
+        return {"x-mq-date-time": date,
+                "authorization": f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, Signature={sig}"}
+
+    async def code(topic: str, md: dict) -> tuple[int, str]:
+        response = await send(client, message(topic), metadata=md)
+        return response.status.code, response.status.message
+
+    assert (await code("Allowed", signed("grpcSecret1")))[0] == Code.OK
+    wrong = await code("Allowed", signed("wrong-secret"))
+    assert wrong[0] == Code.UNAUTHORIZED and "signature" in wrong[1].lower()
+    unknown = await code("Allowed", signed("grpcSecret1", ak="nobody"))
+    assert unknown[0] == Code.UNAUTHORIZED and "nobody" in unknown[1]
+    anonymous = await code("Allowed", {"authorization": "MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature="})
+    assert anonymous[0] == Code.UNAUTHORIZED
+    forbidden = await code("Other", signed("grpcSecret1"))
+    assert forbidden[0] == Code.FORBIDDEN and "Other" in forbidden[1]

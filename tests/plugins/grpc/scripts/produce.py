@@ -5,7 +5,7 @@
 SPEC: {"topic": "T", "kind": "normal|fifo|delay|transaction", "count": 3, "tag": "TagA", "keys": ["k"],
        "group": "g1" (fifo), "delay_s": 3 (delay), "resolution": "commit|rollback|none" (transaction),
        "ak": "", "sk": "", "properties": {"a": "b"}, "check": "commit|rollback" (checker's answer),
-       "wait_check_s": 0 (stay alive that long for check-backs)}
+       "wait_check_s": 0 (stay alive at most that long for check-backs), "checks": 1 (until that many came)}
 Prints {"sent": i, "message_id": ..., "transaction_id": ...} per message, {"error": text, "code": ...} when a send
 fails, {"checked": message_id, "topic": ...} per check-back. Imports nothing of pyrmq.
 """
@@ -23,8 +23,11 @@ def main() -> int:
     credentials = Credentials(spec.get("ak", ""), spec.get("sk", "")) if spec.get("ak") else Credentials()
     config = ClientConfiguration(endpoint, credentials, request_timeout=spec.get("timeout", 10))
 
+    checks = []
+
     class Checker(TransactionChecker):
         def check(self, message):
+            checks.append(message.message_id)
             print(json.dumps({"checked": message.message_id, "topic": message.topic,
                               "body": message.body.decode(errors="replace")}), flush=True)
             return TransactionResolution.COMMIT if spec.get("check", "commit") == "commit" else TransactionResolution.ROLLBACK
@@ -63,9 +66,11 @@ def main() -> int:
             except Exception as exc:  # the test reads what the client says
                 print(json.dumps({"error": str(exc), "type": type(exc).__name__,
                                   "code": getattr(exc, "code", None)}), flush=True)
+        # stay for check-backs: until "checks" arrived, at most wait_check_s
         deadline = time.time() + spec.get("wait_check_s", 0)
-        while time.time() < deadline:
-            time.sleep(0.2)
+        while time.time() < deadline and len(checks) < spec.get("checks", 1):
+            time.sleep(0.1)
+        time.sleep(0.5 if checks else 0)  # the checker's EndTransaction goes out after check() returns
     finally:
         producer.shutdown()
     return 0
