@@ -228,7 +228,7 @@ class MessagingService:
                 except Refused as exc:
                     self.refused += 1
                     response = response_cls(status=status(exc.code, exc.message))
-            await call.send(response.SerializeToString())
+            await call.reply(response.SerializeToString())
 
         return handler
 

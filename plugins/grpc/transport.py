@@ -46,6 +46,9 @@ import h2.settings
 import trio
 
 log = logging.getLogger("pyrmq.grpc.transport")
+# hpack logs every header it codes at DEBUG: a disabled logger answers before the level lookup (4-8 calls a header)
+for _name in ("hpack.hpack", "hpack.table"):
+    logging.getLogger(_name).disabled = True
 
 # gRPC status codes (grpc/doc/statuscodes.md)
 OK = 0
@@ -60,6 +63,7 @@ UNAVAILABLE = 14
 UNAUTHENTICATED = 16
 
 _PREFIX = struct.Struct(">BI")
+_OK_TRAILERS = [(b"grpc-status", b"0")]
 _TIMEOUT = re.compile(rb"^(\d{1,8})([HMSmun])$")
 _UNITS = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
 #: what the proxy's grpc-java server advertises (measured), except the stream limit
@@ -67,6 +71,7 @@ DEFAULT_WINDOW = 1024 * 1024
 MAX_HEADER_LIST = 8192
 MAX_STREAMS = 4096
 READ_SIZE = 65536
+HIGH_WATER = 256 * 1024
 
 
 class GrpcError(Exception):
@@ -216,6 +221,26 @@ class Call:
                 conn.h2.send_headers(self.stream_id, conn.server.response_headers)
             await conn.send_data(self.stream_id, encode_message(payload))
 
+    async def reply(self, payload: bytes) -> None:
+        """The one answer of a unary call and its OK trailers, queued in one step (one write to the socket) when the
+        flow-control windows allow, else as :meth:`send` then :meth:`finish`."""
+        conn = self.conn
+        framed = encode_message(payload)
+        h2conn = conn.h2
+        if (self._closed or self._headers_sent or self._send_lock.locked()
+                or len(framed) > min(h2conn.local_flow_control_window(self.stream_id), h2conn.max_outbound_frame_size)):
+            await self.send(payload)
+            await self.finish(OK)
+            return
+        self._closed = self._headers_sent = True
+        try:
+            h2conn.send_headers(self.stream_id, conn.server.response_headers)
+            h2conn.send_data(self.stream_id, framed)
+            h2conn.send_headers(self.stream_id, _OK_TRAILERS, end_stream=True)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            return  # the client reset the stream meanwhile
+        conn.wake_writer()
+
     async def finish(self, code: int = OK, message: str = "") -> None:
         """Trailers: ``grpc-status`` and ``grpc-message``; trailers-only when nothing was sent."""
         if self._closed:
@@ -294,12 +319,17 @@ class GrpcConnection:
         self.server = server
         self.stream = stream
         self.peer = peer
-        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True)
+        # what comes in is validated; what goes out is ours and already well-formed (lower case, no connection headers)
+        config = h2.config.H2Configuration(client_side=False, header_encoding=None, validate_inbound_headers=True,
+                                           validate_outbound_headers=False, normalize_outbound_headers=False)
         self.h2 = h2.connection.H2Connection(config=config)
         self.calls: dict[int, Call] = {}
         self._writer_wake = trio.Event()
         self._drained = trio.Event()
-        self._drained.set()
+        #: bytes the reader took from h2 (its answers to the peer: SETTINGS ACK, PING ACK, WINDOW_UPDATE, resets)
+        #: for the writer; above HIGH_WATER the reader waits for the writer, so a peer that does not read is not read
+        self._queued: list[bytes] = []
+        self._queued_bytes = 0
         self._windows: dict[int, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
         self._closing = False
@@ -310,20 +340,32 @@ class GrpcConnection:
     # -- writer ----------------------------------------------------------------------------------------------
 
     def wake_writer(self) -> None:
-        self._drained = trio.Event() if self._drained.is_set() else self._drained
+        """Have the writer send what h2 queued (after a call's headers, data or trailers)."""
         self._writer_wake.set()
+
+    def _take(self) -> bytes:
+        data = self.h2.data_to_send()
+        if self._queued:
+            data = b"".join(self._queued) + data
+            self._queued.clear()
+            self._queued_bytes = 0
+        return data
 
     async def _writer(self) -> None:
         while True:
             await self._writer_wake.wait()
             self._writer_wake = trio.Event()
-            data = self.h2.data_to_send()
+            data = self._take()
             while data:
                 await self.stream.send_all(data)
-                data = self.h2.data_to_send()
+                data = self._take()
             self._drained.set()
-            if self._closing:
-                return
+
+    async def drain(self) -> None:
+        """Wait until the writer sent everything queued so far."""
+        self._drained = trio.Event()
+        self._writer_wake.set()
+        await self._drained.wait()
 
     async def send_data(self, stream_id: int, data: bytes) -> None:
         """``data`` on ``stream_id`` within the flow-control windows (waits for WINDOW_UPDATE as needed)."""
@@ -391,14 +433,19 @@ class GrpcConnection:
                 return
             for event in events:
                 self._event(event)
-            self.wake_writer()
-            await self._drained.wait()  # a peer that does not read is not read either
+            out = h2conn.data_to_send()
+            if out:
+                self._queued.append(out)
+                self._queued_bytes += len(out)
+                self._writer_wake.set()
+            if self._queued_bytes > HIGH_WATER:
+                await self.drain()  # a peer that does not read is not read either
             if self._closing and not self.calls:
                 await self._final_flush()
                 return
 
     async def _final_flush(self) -> None:
-        data = self.h2.data_to_send()
+        data = self._take()
         if data:
             with trio.move_on_after(1):
                 try:
@@ -597,7 +644,7 @@ class GrpcConnection:
 
     async def _close_after_flush(self) -> None:
         with trio.move_on_after(1):
-            await self._drained.wait()
+            await self.drain()
         if self._nursery is not None:
             self._nursery.cancel_scope.cancel()
 
