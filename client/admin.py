@@ -246,6 +246,17 @@ class Admin(ClientService):
             raise TopicNotFoundError(topic)
         return route
 
+    async def topic_attributes(self, topic: str) -> dict[str, str]:
+        """The topic's RocketMQ 5.x attributes (``message.type``) as its first master keeps them
+        (GET_ALL_TOPIC_CONFIG); empty when it has none."""
+        route = await self.topic_route(topic)
+        for b in route.broker_datas:
+            if b.master:
+                answer = await self._broker(b.master, RequestCode.GET_ALL_TOPIC_CONFIG)
+                table = json.loads(answer.body_bytes() or b"{}").get("topicConfigTable") or {}
+                return {str(k): str(v) for k, v in ((table.get(topic) or {}).get("attributes") or {}).items()}
+        return {}
+
     async def topic_stats(self, topic: str) -> list[tuple[MessageQueue, int, int, int]]:
         """``(queue, min offset, max offset, last update ms)`` per queue (GET_TOPIC_STATS_INFO, mqadmin topicStatus)."""
         route = await self.topic_route(topic)

@@ -67,8 +67,13 @@ class GrpcEndpoint:
         self.routes.own_endpoint = f"{self.ctx.settings.brokerIP1}:{port}"
         await nursery.start(self.service.expire_sessions)
         await nursery.start(self.routes.publish)
-        self.kernel.mark_listening(LISTENER, f"{host}:{port}")
-        log.info("gRPC endpoint (RocketMQ 5.x clients) on %s", self.server.address)
+        nursery.start_soon(self._announce, f"{host}:{port}")
+
+    async def _announce(self, address: str) -> None:
+        # after the broker's own listener: ready lines keep naming the roles first ("broker on ..., grpc on ...")
+        await self.kernel.wait_listening("broker")
+        self.kernel.mark_listening(LISTENER, address)
+        log.info("gRPC endpoint (RocketMQ 5.x clients) on %s", address)
 
     @hookimpl
     async def pyrmq_check_transaction(self, message: StoredMessage, check_times: int) -> TransactionState | None:

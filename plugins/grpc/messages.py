@@ -77,7 +77,7 @@ def _iso_control(text: str) -> bool:
 
 
 def _ms(timestamp: Any) -> int:
-    return timestamp.seconds * 1000 + timestamp.nanos // 1_000_000
+    return int(timestamp.seconds) * 1000 + int(timestamp.nanos) // 1_000_000
 
 
 def _set_ms(timestamp: Any, ms: int) -> None:

@@ -25,8 +25,6 @@ from google.protobuf.message import DecodeError
 from pyrmq.kernel.types import PutContext, PutKind, Rejection, TransactionState
 from pyrmq.plugins.broker.topics import (
     NOT_ALLOWED_SEND_TOPICS,
-    DLQ_GROUP_TOPIC_PREFIX,
-    RETRY_GROUP_TOPIC_PREFIX,
     is_writeable,
     message_type_of,
     topic_problem,
@@ -39,7 +37,7 @@ from pyrmq.plugins.grpc.settings import GrpcSettings
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.headers import EndTransactionRequestHeader
 from pyrmq.remoting.message import MessageRecord, StoredMessage
-from pyrmq.remoting.vocabulary import MASTER_ID, MessageProperty
+from pyrmq.remoting.vocabulary import DLQ_GROUP_TOPIC_PREFIX, MASTER_ID, RETRY_GROUP_TOPIC_PREFIX, MessageProperty
 from pyrmq.store.results import PutMessageStatus
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -93,7 +91,7 @@ class Session:
 
     @property
     def client_type(self) -> int:
-        return self.settings.client_type if self.settings is not None else ClientType.CLIENT_TYPE_UNSPECIFIED
+        return int(self.settings.client_type) if self.settings is not None else int(ClientType.CLIENT_TYPE_UNSPECIFIED)
 
     async def push(self, command: Any) -> bool:
         """A command on the client's Telemetry stream; False when it has none (or it just closed)."""
