@@ -57,6 +57,7 @@ class GrpcEndpoint:
         self.server = GrpcServer(
             self.service.handlers(), host=kernel.settings(BrokerListenSettings).listenHost, port=settings.grpcServerPort,
             max_message_size=settings.grpcMaxInboundMessageSize, idle_timeout=settings.grpcClientIdleTimeMills / 1000,
+            ssl_context=tls_context(settings), tls_mode=settings.grpcTlsMode,
         )
 
     @hookimpl
@@ -117,6 +118,27 @@ class _Collector:
         clients = GaugeMetricFamily("rocketmq_grpc_clients", "5.x clients with settings known.", labels=names)
         clients.add_metric(values, len(service.sessions))
         yield clients
+
+
+def tls_context(settings: GrpcSettings) -> Any:
+    """The server's TLS context (ALPN h2, TLS >= 1.2) from grpcTlsCertPath / grpcTlsKeyPath; None without them.
+    A certificate that does not load stops the start with the key and the reason."""
+    if not settings.grpcTlsCertPath or settings.grpcTlsMode == "disabled":
+        return None
+    import os
+    import ssl
+
+    from pyrmq.kernel.errors import ConfigError
+
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(os.path.expanduser(settings.grpcTlsCertPath),
+                                os.path.expanduser(settings.grpcTlsKeyPath) or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"cannot load the gRPC TLS certificate / key: {exc}", key="grpcTlsCertPath") from None
+    context.set_alpn_protocols(["h2"])
+    return context
 
 
 @hookimpl

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from pyrmq.kernel.settings import at_least, port, setting
+from pyrmq.kernel.settings import at_least, one_of, port, setting
 
 
 @attrs.frozen
@@ -15,6 +15,12 @@ class GrpcSettings:
                                                          "for RocketMQ 5.x clients (0 = any free port)")
     grpcMaxInboundMessageSize: int = setting(130 * 1024 * 1024, check=at_least(1024),
                                              help="largest gRPC message taken, bytes (a SendMessage of a few messages)")
+    grpcTlsCertPath: str = setting("", help="PEM certificate (chain) of the gRPC port; with grpcTlsKeyPath the port "
+                                             "also speaks TLS (the Java client's default); empty = plaintext only")
+    grpcTlsKeyPath: str = setting("", help="PEM private key of grpcTlsCertPath")
+    grpcTlsMode: str = setting("permissive", check=one_of("permissive", "enforcing", "disabled"),
+                               help="with a certificate: permissive (TLS and plaintext on one port, the proxy's "
+                                    "default), enforcing (TLS only) or disabled")
     grpcClientIdleTimeMills: int = setting(120_000, check=at_least(0),
                                            help="a gRPC connection without calls this long is closed (GOAWAY), ms")
     enableTopicMessageTypeCheck: bool = setting(True, runtime=True,

@@ -263,13 +263,46 @@ class Call:
             conn.wake_writer()
 
 
+class PrefixedStream(trio.abc.Stream):
+    """A stream whose first bytes were read already (to tell TLS from plaintext): they are received again first."""
+
+    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
+        self.stream = stream
+        self.prefix = prefix
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if self.prefix:
+            data, self.prefix = self.prefix, b""
+            return data
+        return await self.stream.receive_some(max_bytes)
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.stream.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.stream.wait_send_all_might_not_block()
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+#: the first byte of a TLS record carrying a handshake (ClientHello)
+TLS_HANDSHAKE = 0x16
+TLS_MODES = ("permissive", "enforcing", "disabled")
+
+
 class GrpcServer:
     """Serves ``handlers`` (``path -> async handler(call)``) on ``host:port``; ``port`` 0 takes a free one
-    (:attr:`address` once bound)."""
+    (:attr:`address` once bound).
+
+    With an ``ssl_context`` the port speaks TLS (ALPN ``h2``) as RocketMQ 5.x's proxy does: ``permissive`` (its
+    default) takes TLS and plaintext on the same port, told apart by the first byte of the connection (a TLS
+    handshake record is 0x16, the HTTP/2 preface starts with ``P``); ``enforcing`` closes plaintext connections."""
 
     def __init__(self, handlers: dict[str, Handler], *, host: str = "127.0.0.1", port: int = 0,
                  max_message_size: int = 130 * 1024 * 1024, idle_timeout: float = 120.0,
-                 unknown_method: Handler | None = None, name: str = "grpc") -> None:
+                 unknown_method: Handler | None = None, name: str = "grpc", ssl_context: Any = None,
+                 tls_mode: str = "permissive") -> None:
         self.handlers = handlers
         self.host = host
         self.port = port
@@ -277,6 +310,8 @@ class GrpcServer:
         self.idle_timeout = idle_timeout
         self.unknown_method = unknown_method
         self.name = name
+        self.ssl_context = ssl_context if tls_mode != "disabled" else None
+        self.tls_mode = tls_mode
         self.address = ""
         self.connections: set[GrpcConnection] = set()
         self.response_headers = [(b":status", b"200"), (b"content-type", b"application/grpc"),
@@ -306,12 +341,41 @@ class GrpcServer:
             for conn in list(self.connections):
                 conn.goaway_now()
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, socket_stream: trio.SocketStream) -> None:
         try:
-            peer = stream.socket.getpeername()
+            peer = socket_stream.socket.getpeername()
             peer_text = f"{peer[0]}:{peer[1]}"
         except OSError:
             peer_text = "?"
+        stream: trio.abc.Stream = socket_stream
+        if self.ssl_context is not None:
+            with trio.move_on_after(10) as waited:
+                try:
+                    first = await socket_stream.receive_some(READ_SIZE)
+                except (trio.BrokenResourceError, OSError):
+                    first = b""
+            if waited.cancelled_caught or not first:
+                await socket_stream.aclose()
+                return
+            if first[0] == TLS_HANDSHAKE:
+                tls = trio.SSLStream(PrefixedStream(socket_stream, first), self.ssl_context, server_side=True)
+                with trio.move_on_after(10):
+                    try:
+                        await tls.do_handshake()
+                    except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                        pass
+                    else:
+                        stream = tls
+                if stream is not tls:
+                    log.info("gRPC connection from %s: TLS handshake failed or timed out", peer_text)
+                    await socket_stream.aclose()
+                    return
+            elif self.tls_mode == "enforcing":
+                log.info("gRPC connection from %s: plaintext refused (TLS enforcing)", peer_text)
+                await socket_stream.aclose()
+                return
+            else:
+                stream = PrefixedStream(socket_stream, first)
         conn = GrpcConnection(self, stream, peer_text)
         self.connections.add(conn)
         try:
@@ -323,7 +387,7 @@ class GrpcServer:
 class GrpcConnection:
     """One client connection: the h2 state machine, its reader and writer, the calls in flight."""
 
-    def __init__(self, server: GrpcServer, stream: trio.SocketStream, peer: str) -> None:
+    def __init__(self, server: GrpcServer, stream: trio.abc.Stream, peer: str) -> None:
         self.server = server
         self.stream = stream
         self.peer = peer

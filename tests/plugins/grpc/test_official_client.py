@@ -153,3 +153,48 @@ async def test_two_brokers_behind_one_name_server_are_reached_through_either_end
         assert any(m.body.startswith(f"via-{entry}".encode()) for m in a), entry
         assert any(m.body.startswith(f"via-{entry}".encode()) for m in b), entry
     assert len(a) + len(b) == 16
+
+
+async def test_tls_and_plaintext_share_the_port_in_permissive_mode(grpc_dev, tmp_path, raw):
+    import shutil
+    import ssl as ssl_module
+
+    from pyrmq.plugins.grpc.schema import pb
+    from rawclient import RawClient
+
+    if shutil.which("openssl") is None:
+        pytest.fail("the TLS test makes its certificate with the openssl command (Debian: apt-get install openssl)")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    made = await trio.run_process(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+                                   "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
+                                   "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost"], capture_stdout=True,
+                                  capture_stderr=True, check=False)
+    assert made.returncode == 0, made.stderr
+    dev = await grpc_dev(grpcTlsCertPath=str(cert), grpcTlsKeyPath=str(key))
+    await dev.create_topic("PyTls", 2)
+    try:
+        secure = await trio.to_thread.run_sync(functools.partial(
+            official_client.run_script, "produce.py", dev.grpc, json.dumps({"topic": "PyTls", "count": 2, "tls": True}),
+            env={"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(cert)}, timeout=120))
+    except official_client.ClientVenvError as exc:
+        pytest.fail(f"the official client's venv could not be built: {exc}")
+    assert [s.get("error") for s in secure] == [None, None]
+    plain = await produce(dev.grpc, topic="PyTls", count=1)
+    assert plain[0].get("error") is None
+    got = await pulled(dev.namesrv, "PyTls", 2)
+    assert sorted(m.properties["UNIQ_KEY"] for m in got) == sorted(s["message_id"] for s in secure + plain)
+    # what the TLS side negotiated: ALPN h2 over TLS 1.2+
+    context = ssl_module.create_default_context(cafile=str(cert))
+    context.set_alpn_protocols(["h2"])
+    host, _, port = dev.grpc.rpartition(":")
+    tls_stream = trio.SSLStream(await trio.open_tcp_stream(host, int(port)), context, server_hostname="127.0.0.1")
+    await tls_stream.do_handshake()
+    assert tls_stream.selected_alpn_protocol() == "h2"
+    client = RawClient(tls_stream)
+    client.h2.initiate_connection()
+    await client.flush()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(client._read)
+        answer = await client.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name="PyTls")))
+        assert answer.parse(pb.QueryRouteResponse).status.code == pb.Code.OK
+        await tls_stream.aclose()

@@ -5,7 +5,7 @@
 SPEC: {"topic": "T", "kind": "normal|fifo|delay|transaction", "count": 3, "tag": "TagA", "keys": ["k"],
        "group": "g1" (fifo), "delay_s": 3 (delay), "resolution": "commit|rollback|none" (transaction),
        "ak": "", "sk": "", "properties": {"a": "b"}, "check": "commit|rollback" (checker's answer),
-       "wait_check_s": 0 (stay alive at most that long for check-backs), "checks": 1 (until that many came)}
+       "tls": false (TLS to the endpoint), "wait_check_s": 0 (stay alive at most that long for check-backs), "checks": 1 (until that many came)}
 Prints {"sent": i, "message_id": ..., "transaction_id": ...} per message, {"error": text, "code": ...} when a send
 fails, {"checked": message_id, "topic": ...} per check-back. Imports nothing of pyrmq.
 """
@@ -32,7 +32,9 @@ def main() -> int:
                               "body": message.body.decode(errors="replace")}), flush=True)
             return TransactionResolution.COMMIT if spec.get("check", "commit") == "commit" else TransactionResolution.ROLLBACK
 
-    producer = Producer(config, (topic,), Checker()) if kind == "transaction" else Producer(config, (topic,))
+    tls = bool(spec.get("tls"))  # GRPC_DEFAULT_SSL_ROOTS_FILE_PATH names the CA the server's certificate chains to
+    producer = (Producer(config, (topic,), Checker(), tls_enable=tls) if kind == "transaction"
+                else Producer(config, (topic,), tls_enable=tls))
     producer.startup()
     try:
         for i in range(spec.get("count", 1)):
