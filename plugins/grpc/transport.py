@@ -517,13 +517,9 @@ class GrpcConnection:
                 return
 
     async def _final_flush(self) -> None:
-        data = self._take()
-        if data:
-            with trio.move_on_after(1):
-                try:
-                    await self.stream.send_all(data)
-                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.BusyResourceError, OSError):
-                    pass
+        """Send what is queued (a GOAWAY) through the writer, for at most a second."""
+        with trio.move_on_after(1):
+            await self.drain()
 
     def _event(self, event: h2.events.Event) -> None:
         kind = type(event)
