@@ -256,3 +256,16 @@ async def test_acl_refusals_are_unauthorized_for_who_and_forbidden_for_what(grpc
     assert anonymous[0] == Code.UNAUTHORIZED
     forbidden = await code("Other", signed("grpcSecret1"))
     assert forbidden[0] == Code.FORBIDDEN and "Other" in forbidden[1]
+
+
+async def test_metrics_count_calls_sends_refusals_and_clients(grpc_dev, raw):
+    dev = await grpc_dev()
+    await dev.create_topic("Metered", 1)
+    client = await raw(dev.grpc)
+    assert (await send(client, message("Metered"))).status.code == Code.OK
+    assert (await send(client, message("Metered", b""))).status.code == Code.MESSAGE_BODY_EMPTY
+    (collector,) = dev.endpoint.pyrmq_register_metric_collectors("broker")
+    values = {f.name: f.samples[0].value for f in collector.collect()}
+    assert values["rocketmq_grpc_messages_sent"] == 1 and values["rocketmq_grpc_refused"] == 1
+    assert values["rocketmq_grpc_calls"] >= 2 and values["rocketmq_grpc_clients"] == 0
+    assert dev.endpoint.pyrmq_register_metric_collectors("namesrv") is None
