@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from pyrmq.plugins.broker.topics import MESSAGE_TYPE_ATTRIBUTE, message_type_of
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import ProtocolError, RemotingError
@@ -57,6 +58,8 @@ class Routes:
         self._endpoints: dict[str, str] = {}
         self._endpoints_at = -1e9
         self._endpoints_lock = trio.Lock()
+        #: broker address -> (when read, topic -> message.type) for topics this broker does not hold
+        self._remote_types: dict[str, tuple[float, dict[str, str]]] = {}
 
     # -- the KV entries ------------------------------------------------------------------------------------
 
@@ -131,6 +134,35 @@ class Routes:
         if self.key:
             table[self.key] = self.own_endpoint
         return table
+
+    # -- topic types ---------------------------------------------------------------------------------------
+
+    async def topic_type(self, topic: str, route: TopicRouteData) -> str:
+        """The topic's ``message.type``: this broker's config, else (a topic this broker does not hold) what a
+        master of the route keeps, from its GET_ALL_TOPIC_CONFIG (read at most every CACHE_TTL seconds a broker)."""
+        config = self.ctx.topics.get(topic)
+        if config is not None:
+            return message_type_of(config)
+        for broker in route.broker_datas:
+            addr = broker.master
+            if not addr:
+                continue
+            cached = self._remote_types.get(addr)
+            if cached is None or trio.current_time() - cached[0] > CACHE_TTL:
+                request = RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
+                try:
+                    response = await self.ctx.client.invoke(addr, request, timeout=3.0)
+                    table = json.loads(response.body_bytes() or b"{}").get("topicConfigTable") or {}
+                    types = {str(name): str((data.get("attributes") or {}).get(MESSAGE_TYPE_ATTRIBUTE, "NORMAL"))
+                             for name, data in table.items() if isinstance(data, dict)}
+                except (RemotingError, ValueError, AttributeError, TypeError):
+                    continue
+                if response.code != ResponseCode.SUCCESS:
+                    continue
+                cached = self._remote_types[addr] = (trio.current_time(), types)
+            if topic in cached[1]:
+                return cached[1][topic]
+        return "UNSPECIFIED"
 
     # -- routes --------------------------------------------------------------------------------------------
 

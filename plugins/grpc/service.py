@@ -311,15 +311,16 @@ class MessagingService:
         except RouteError as exc:
             raise Refused(Code.TOPIC_NOT_FOUND if exc.not_found else Code.INTERNAL_SERVER_ERROR, exc.message) from None
 
-    def _accepted_types(self, topic: str) -> list[int]:
-        return ACCEPTED_TYPES.get(message_type_of(self.ctx.topics.get(topic)), [pb.MessageType.MESSAGE_TYPE_UNSPECIFIED])
+    async def _accepted_types(self, topic: str, route: Any) -> list[int]:
+        kind = await self.routes.topic_type(topic, route)
+        return ACCEPTED_TYPES.get(kind, [pb.MessageType.MESSAGE_TYPE_UNSPECIFIED])
 
     async def query_route(self, ctx: Ctx, request: Any) -> Any:
         topic = request.topic.name
         self._check_topic(topic)
         route = await self._route(topic)
         endpoints = await self.routes.endpoints(route)
-        accepted = self._accepted_types(topic)
+        accepted = await self._accepted_types(topic, route)
         response = pb.QueryRouteResponse(status=OK_STATUS)
         for broker, broker_id, endpoint, queue in broker_entries(route, endpoints):
             address = parse_endpoint(endpoint)
@@ -349,7 +350,7 @@ class MessagingService:
         config = self.ctx.groups.table.get(group)
         orderly = bool(getattr(config, "consume_message_orderly", False))
         response = pb.QueryAssignmentResponse(status=OK_STATUS)
-        accepted = self._accepted_types(topic)
+        accepted = await self._accepted_types(topic, route)
         for broker, broker_id, endpoint, queue in broker_entries(route, endpoints):
             address = parse_endpoint(endpoint)
             if broker_id != MASTER_ID or address is None or not queue.readable:

@@ -133,11 +133,12 @@ async def test_two_brokers_behind_one_name_server_are_reached_through_either_end
 
     namesrv_kernel = await start_role("namesrv")
     namesrv = await namesrv_kernel.wait_listening("namesrv")
-    brokers = {}
+    brokers, remoting = {}, {}
     for name in ("broker-a", "broker-b"):
         kernel = await start_role("broker", {"broker.brokerName": name, "broker.namesrvAddr": namesrv,
                                              "broker.grpcServerPort": 0})
         brokers[name] = await kernel.wait_listening("grpc")
+        remoting[name] = await kernel.wait_listening("broker")
     async with Admin(namesrv) as admin:
         with trio.fail_after(20):
             while len((await admin.cluster_info()).brokers) < 2:
@@ -153,6 +154,13 @@ async def test_two_brokers_behind_one_name_server_are_reached_through_either_end
         assert any(m.body.startswith(f"via-{entry}".encode()) for m in a), entry
         assert any(m.body.startswith(f"via-{entry}".encode()) for m in b), entry
     assert len(a) + len(b) == 16
+    # a FIFO topic only broker-b holds, sent to through broker-a's endpoint: the route says FIFO and leads to b
+    async with Admin(namesrv) as admin:
+        await admin.create_topic("PyOnlyB", 2, broker_addr=remoting["broker-b"], message_type="FIFO")
+    fifo = await produce(brokers["broker-a"], topic="PyOnlyB", kind="fifo", count=3, group="g")
+    assert [s.get("error") for s in fifo] == [None] * 3
+    assert [m.properties["UNIQ_KEY"] for m in await pulled(namesrv, "PyOnlyB", 2, "broker-b")] == [
+        s["message_id"] for s in fifo]
 
 
 async def test_tls_and_plaintext_share_the_port_in_permissive_mode(grpc_dev, tmp_path, raw):
