@@ -195,9 +195,12 @@ class Admin(ClientService):
         order: bool = False,
         cluster: str | None = None,
         broker_addr: str | None = None,
+        message_type: str | None = None,
     ) -> list[str]:
         """UPDATE_AND_CREATE_TOPIC on every master of ``cluster`` (default: every cluster) or one broker; returns
-        the broker names updated. Creating an existing topic updates its queue counts and permission."""
+        the broker names updated. Creating an existing topic updates its queue counts and permission.
+        ``message_type`` (NORMAL, FIFO, DELAY, TRANSACTION, MIXED) sets RocketMQ 5.x's ``message.type`` attribute,
+        as ``mqadmin updateTopic -a +message.type=FIFO`` does."""
         self._check_started()
         check_name("topic", topic)
         ext = {
@@ -205,6 +208,8 @@ class Admin(ClientService):
             "readQueueNums": read_queue_nums or queue_nums, "writeQueueNums": write_queue_nums or queue_nums,
             "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "true" if order else "false",
         }
+        if message_type:
+            ext["attributes"] = f"+message.type={message_type}"
         done = []
         for name, addr in await self._masters(cluster, broker_addr):
             await self._broker(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, dict(ext))
@@ -240,6 +245,17 @@ class Admin(ClientService):
         if route is None:
             raise TopicNotFoundError(topic)
         return route
+
+    async def topic_attributes(self, topic: str) -> dict[str, str]:
+        """The topic's RocketMQ 5.x attributes (``message.type``) as its first master keeps them
+        (GET_ALL_TOPIC_CONFIG); empty when it has none."""
+        route = await self.topic_route(topic)
+        for b in route.broker_datas:
+            if b.master:
+                answer = await self._broker(b.master, RequestCode.GET_ALL_TOPIC_CONFIG)
+                table = json.loads(answer.body_bytes() or b"{}").get("topicConfigTable") or {}
+                return {str(k): str(v) for k, v in ((table.get(topic) or {}).get("attributes") or {}).items()}
+        return {}
 
     async def topic_stats(self, topic: str) -> list[tuple[MessageQueue, int, int, int]]:
         """``(queue, min offset, max offset, last update ms)`` per queue (GET_TOPIC_STATS_INFO, mqadmin topicStatus)."""

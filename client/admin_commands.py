@@ -38,7 +38,7 @@ def cmd_topic_create(args: argparse.Namespace) -> int:
     async def body(admin: Any) -> int:
         brokers = await admin.create_topic(
             args.topic, args.queues, read_queue_nums=args.read_queues, write_queue_nums=args.write_queues,
-            perm=args.perm, order=args.order, cluster=args.cluster, broker_addr=args.broker,
+            perm=args.perm, order=args.order, cluster=args.cluster, broker_addr=args.broker, message_type=args.type,
         )
         if args.json:
             _json({"topic": args.topic, "brokers": brokers})
@@ -452,6 +452,8 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p.add_argument("--write-queues", "-w", type=int)
     p.add_argument("--perm", "-p", type=int, default=6, help="2 write, 4 read, 6 both (default)")
     p.add_argument("--order", action="store_true", help="mark the topic ordered")
+    p.add_argument("--type", choices=("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"), type=str.upper,
+                   help="RocketMQ 5.x message type the topic takes (attribute message.type; 5.x clients check it)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--cluster", "-c", help="every master of this cluster (default: every cluster)")
     where.add_argument("--broker", "-b", metavar="ADDR", help="one broker")

@@ -467,6 +467,7 @@ class CreateTopicRequestHeader(HeaderBase):
     topic_filter_type: str
     topic_sys_flag: int | None = None
     order: bool = False
+    attributes: str | None = None  # 5.x: "+message.type=FIFO" (AttributeParser), mqadmin updateTopic -a
 
 
 # ---- 3.10 name server -------------------------------------------------------------------------------------------

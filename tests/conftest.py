@@ -90,6 +90,7 @@ def start_role(nursery: trio.Nursery, tmp_path) -> Callable[..., Any]:
         if bundle.broker is not None:
             defaults["broker.listenPort"] = 0
             defaults["broker.storePathRootDir"] = str(tmp_path / f"store-{len(kernels)}")
+            defaults["broker.grpcServerPort"] = 0  # the gRPC endpoint (plugins/grpc) on a free port too
             # small files keep tests quick (a 1 GiB segment and a 420 MB index are what production uses)
             defaults["broker.mappedFileSizeCommitLog"] = 16 * 1024 * 1024
             defaults["broker.maxHashSlotNum"] = 50_000

@@ -37,6 +37,7 @@ ROOMS = {
     "SQL92": "plugins/sql92",
     "name server": "plugins/namesrv",
     "dashboard": "plugins/dashboard",
+    "gRPC endpoint": "plugins/grpc",
     "metrics endpoint": "plugins/builtin/metrics",
     "flush policy": "plugins/broker/flush.py",
 }

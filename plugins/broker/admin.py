@@ -25,7 +25,13 @@ from pyrmq.kernel.types import Processor
 from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.broker.core import ROLE, BrokerContext, register_feature
 from pyrmq.plugins.broker.groups import SubscriptionGroupConfig
-from pyrmq.plugins.broker.topics import NOT_ALLOWED_SEND_TOPICS, AUTO_CREATE_TOPIC_KEY, TopicConfig, topic_problem
+from pyrmq.plugins.broker.topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    AUTO_CREATE_TOPIC_KEY,
+    TopicConfig,
+    alter_attributes,
+    topic_problem,
+)
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -132,8 +138,14 @@ class AdminProcessor:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
         if not (1 <= h.read_queue_nums <= 1024 and 1 <= h.write_queue_nums <= 1024):
             return request.make_response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be from 1 to 1024")
+        existing = self.ctx.topics.get(h.topic)
+        try:
+            attributes = alter_attributes(existing.attributes if existing else {}, h.attributes, creating=existing is None)
+        except ValueError as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"attributes: {exc}")
         config = TopicConfig(
-            h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type or "SINGLE_TAG", h.topic_sys_flag or 0, bool(h.order)
+            h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type or "SINGLE_TAG", h.topic_sys_flag or 0, bool(h.order),
+            attributes,
         )
         self.ctx.topics.update(config)
         if self.ctx.started:

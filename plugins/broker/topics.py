@@ -45,6 +45,47 @@ def topic_problem(topic: str | None) -> str | None:
     return None
 
 
+#: RocketMQ 5.x's topic attribute saying which messages a topic takes (``TopicMessageType``); absent = NORMAL
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+MESSAGE_TYPE_MIXED = "MIXED"
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", MESSAGE_TYPE_MIXED)
+
+
+def alter_attributes(current: dict[str, str], changes: str | None, *, creating: bool) -> dict[str, str]:
+    """A topic's attributes after an UPDATE_AND_CREATE_TOPIC ``attributes`` field (5.x ``AttributeParser``:
+    ``+message.type=FIFO`` adds or sets, ``-message.type`` removes, comma-separated). ValueError names what is wrong:
+    a key other than ``message.type``, a value outside :data:`MESSAGE_TYPES`, a removal when creating."""
+    out = dict(current)
+    if not changes:
+        return out
+    for item in changes.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        sign, body = item[0], item[1:]
+        if sign not in "+-":
+            raise ValueError(f"attribute {item!r} must start with + (set) or - (remove)")
+        key, eq, value = body.partition("=")
+        if key != MESSAGE_TYPE_ATTRIBUTE:
+            raise ValueError(f"unsupported topic attribute key {key!r}: only {MESSAGE_TYPE_ATTRIBUTE} is known")
+        if sign == "-":
+            if eq or creating:
+                raise ValueError(f"attribute {item!r}: only an existing topic's attribute can be removed, without value")
+            out.pop(key, None)
+            continue
+        if not eq or value not in MESSAGE_TYPES:
+            raise ValueError(f"attribute {key} value {value!r} is not one of {', '.join(MESSAGE_TYPES)}")
+        out[key] = value
+    return out
+
+
+def message_type_of(config: TopicConfig | None) -> str:
+    """The topic's ``message.type`` (NORMAL when absent; UNSPECIFIED for no topic, as 5.x)."""
+    if config is None:
+        return "UNSPECIFIED"
+    return config.attributes.get(MESSAGE_TYPE_ATTRIBUTE, "NORMAL")
+
+
 #: the permission bits as plain ints: ``int & IntFlag`` goes through the enum's Python-level operator
 PERM_READ = int(Permission.READ)
 PERM_WRITE = int(Permission.WRITE)
@@ -69,9 +110,12 @@ class TopicConfig:
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
+    #: RocketMQ 5.x's topic attributes (``message.type``); written to topics.json only when set
+    attributes: dict[str, str] = attrs.field(factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {"attributes": dict(self.attributes)} if self.attributes else {}
+        return data | {
             "order": self.order,
             "perm": self.perm,
             "readQueueNums": self.read_queue_nums,
@@ -91,6 +135,7 @@ class TopicConfig:
             topic_filter_type=str(data.get("topicFilterType", "SINGLE_TAG")),
             topic_sys_flag=int(data.get("topicSysFlag", 0)),
             order=bool(data.get("order", False)),
+            attributes={str(k): str(v) for k, v in (data.get("attributes") or {}).items()},
         )
 
 

@@ -25,6 +25,7 @@ from starlette.routing import Route
 
 from pyrmq.client import BrokerError, dlq
 from pyrmq.client.message import MessageExt
+from pyrmq.plugins.broker.topics import MESSAGE_TYPES
 from pyrmq.plugins.dashboard.auth import TOKEN_FIELD, LoginLimiter, Sessions
 from pyrmq.plugins.dashboard.backend import FAILURES, Backend, Sample, Unsupported
 from pyrmq.plugins.dashboard.security import Facts, Security, SecurityMiddleware
@@ -274,6 +275,7 @@ class Dashboard:
         body = (
             f'<form method="post" action="/topics/create" id="create-topic">{self.token_field(request)}create topic '
             '<input name="topic" placeholder="name" required> queues <input name="queues" type="number" value="8" min="1" max="1024"> '
+            'message type <select name="type">' + "".join(f"<option>{t}</option>" for t in MESSAGE_TYPES) + "</select> "
             "<button>create</button></form>"
             + ('<p><a href="/topics">hide system topics</a></p>' if show_system else '<p><a href="/topics?system=1">show system topics</a></p>')
             + table(["topic", ""], rows, raw=(0,), cls="topics")
@@ -285,7 +287,8 @@ class Dashboard:
         topic = f.get("topic", "").strip()
         try:
             queues = int(f.get("queues") or 8)
-            done = await self.backend.admin.create_topic(topic, queues)
+            kind = f.get("type") or None
+            done = await self.backend.admin.create_topic(topic, queues, message_type=kind if kind != "NORMAL" else None)
         except (*FAILURES, Unsupported) as exc:
             return self.back("/topics", err=f"creating {topic!r} failed: {exc}")
         return self.back(f"/topic?name={q(topic)}", ok=f"created {topic} with {queues} queues on {', '.join(done)}")
@@ -309,6 +312,11 @@ class Dashboard:
                      [(mq.broker_name, mq.queue_id, lo, hi, hi - lo, fmt_ms(t)) for mq, lo, hi, t in queues],
                      num=(1, 2, 3, 4), cls="queues")
         body += f'<p id="topic-total">{total} messages stored in {len(queues)} queues</p>'
+        try:
+            kind = (await self.backend.admin.topic_attributes(topic)).get("message.type", "NORMAL")
+        except FAILURES:
+            kind = "unknown"
+        body += f'<p id="topic-type">message type (RocketMQ 5.x clients): {e(kind)}</p>'
         body += (f"<h2>Messages stored per second (sampled every {self.backend.interval:g} s since this page was "
                  "first opened)</h2>" + chart(self.backend.watch_topic(topic), chart_id="topic-tps-chart", get=False))
         now = int(time.time() * 1000)

@@ -294,6 +294,7 @@ def test_topic_create_send_and_delete(cluster, page):
     page.fill("#create-topic input[name=queues]", "2")
     page.click("#create-topic button")
     expect(page.locator("#flash-ok")).to_contain_text("created DashScratch with 2 queues")
+    assert page.locator("#topic-type").inner_text() == "message type (RocketMQ 5.x clients): NORMAL"
     page.fill("#send-test input[name=keys]", "scratch-1")
     page.click("#send-test button")
     expect(page.locator("#flash-ok, #flash-err")).to_contain_text("sent: msgId ")
@@ -313,6 +314,14 @@ def test_topic_create_send_and_delete(cluster, page):
     assert "DashScratch" not in admin_call(namesrv, "list_topics")
     page.goto(url + "topic?name=NoSuchTopic")
     assert "no route for topic 'NoSuchTopic'" in page.locator(".error").inner_text()
+    # a RocketMQ 5.x message type chosen on the form is the topic's message.type attribute
+    page.goto(url + "topics")
+    page.fill("#create-topic input[name=topic]", "DashFifo")
+    page.select_option("#create-topic select[name=type]", "FIFO")
+    page.click("#create-topic button")
+    expect(page.locator("#flash-ok")).to_contain_text("created DashFifo")
+    assert page.locator("#topic-type").inner_text() == "message type (RocketMQ 5.x clients): FIFO"
+    assert admin_call(namesrv, "topic_attributes", "DashFifo") == {"message.type": "FIFO"}
 
 
 def test_login_with_a_user_file(cluster, browser, tmp_path):

@@ -11,7 +11,7 @@ A refusal is answered NO_PERMISSION (16) with RocketMQ's message and what was re
 from __future__ import annotations
 
 import hmac
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pyrmq.remoting import fastjson
@@ -20,7 +20,19 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.signing import ACCESS_KEY, SIGNATURE, signature_of
 from pyrmq.remoting.vocabulary import TRACE_TOPIC
 
-from .rules import PUB, RETRY_PREFIX, SUB, Account, AclRules, canonical_host, check_permission, perm_text, retry_topic
+from .rules import (
+    ANY,
+    PERM_NAMES,
+    PUB,
+    RETRY_PREFIX,
+    SUB,
+    Account,
+    AclRules,
+    canonical_host,
+    check_permission,
+    perm_text,
+    retry_topic,
+)
 
 
 #: requests only an admin account may make: RocketMQ's five, and (pyrmq) the ACL management RPCs 50-53
@@ -144,6 +156,41 @@ class AclValidator:
             self.refused += 1
             name = _CODE_NAMES.get(request.code, str(request.code))
             return request.make_response(ResponseCode.NO_PERMISSION, f"{exc} (ACL refused request {name} from {peer.host})")
+        return None
+
+    def check_access(
+        self, *, access_key: str | None, signature: str | None, sign: Callable[[str], str], host: str,
+        topics: Mapping[str, str] = {}, groups: Mapping[str, str] = {},
+    ) -> tuple[str, str] | None:
+        """The same rules for a request of another protocol (the gRPC endpoint of 5.x clients): ``sign(secret_key)``
+        is the signature the account's secret gives that request, ``signature`` what it carries; ``topics`` and
+        ``groups`` name the resources it touches with ``PUB``, ``SUB`` or ``ANY`` (either). None when it may pass,
+        else ``(kind, RocketMQ's message)`` with kind ``"authentication"`` (who) or ``"permission"`` (what)."""
+        rules = self.rules
+        peer = _Peer(rules, host)
+        if peer.globally_white:
+            return None
+        if not access_key:
+            return "authentication", "No accessKey is configured"
+        account = rules.accounts.get(access_key)
+        if account is None:
+            return "authentication", f"No acl config for {access_key}"
+        if peer.white_for(account):
+            return None
+        if not signature or not hmac.compare_digest(sign(account.secret_key).encode(), signature.encode()):
+            return "authentication", f"Check signature failed for accessKey={access_key}"
+        needed: dict[str, int] = {}
+        for name, perm in topics.items():
+            _add(needed, name, ANY if perm == "ANY" else PERM_NAMES[perm])
+        for name, perm in groups.items():
+            _add(needed, retry_topic(name), ANY if perm == "ANY" else PERM_NAMES[perm])
+        if not needed or (account.admin and not account.resources):
+            return None
+        try:
+            self._check_resources(needed, account.resources, account.default_topic_perm, account.default_group_perm)
+        except AclDenied as exc:
+            self.refused += 1
+            return "permission", str(exc)
         return None
 
     def check(self, request: RemotingCommand, host: str) -> None:

@@ -42,23 +42,30 @@ class EndTransactionProcessor:
         self.duplicates = 0
 
     async def end_transaction(self, connection: Connection, request: RemotingCommand) -> RemotingCommand | None:
-        if not self.is_master():
-            return request.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, "Can't process transaction on a slave broker")
         try:
             header = EndTransactionRequestHeader.from_ext_fields(request.ext_fields)
         except (HeaderError, KeyError, ValueError, TypeError) as exc:
+            if not self.is_master():
+                return request.make_response(ResponseCode.SLAVE_NOT_AVAILABLE, "Can't process transaction on a slave broker")
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad END_TRANSACTION header: {exc}")
+        answer = self.answer(header)
+        return None if answer is None else request.make_response(*answer)
+
+    def answer(self, header: EndTransactionRequestHeader) -> tuple[int, str | None] | None:
+        """What END_TRANSACTION answers (response code, remark); None for UNKNOWN, which is not answered. Also the
+        way for a producer of another protocol (the gRPC endpoint's EndTransaction)."""
+        if not self.is_master():
+            return ResponseCode.SLAVE_NOT_AVAILABLE, "Can't process transaction on a slave broker"
         kind = header.commit_or_rollback
         if kind == TransactionState.UNKNOWN:
             return None  # Java answers nothing: the producer does not know yet, a check will ask again
         if kind not in (TransactionState.COMMIT, TransactionState.ROLLBACK):
-            return request.make_response(
-                ResponseCode.SYSTEM_ERROR, f"commitOrRollback {kind} is none of 0 (unknown), 8 (commit), 12 (rollback)")
+            return ResponseCode.SYSTEM_ERROR, f"commitOrRollback {kind} is none of 0 (unknown), 8 (commit), 12 (rollback)"
         try:
             remark = self.end(header, TransactionState(kind))
         except TransactionError as exc:
-            return request.make_response(exc.code, exc.remark)
-        return request.make_response(ResponseCode.SUCCESS, remark)
+            return exc.code, exc.remark
+        return ResponseCode.SUCCESS, remark
 
     def end(self, header: EndTransactionRequestHeader, state: TransactionState) -> str | None:
         """Check what END_TRANSACTION names against the store, then resolve; raises TransactionError."""

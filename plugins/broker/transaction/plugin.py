@@ -23,6 +23,7 @@ from pyrmq.plugins.broker.transaction.queues import HalfOpQueues
 from pyrmq.plugins.broker.transaction.recovery import TransactionRecovery
 from pyrmq.plugins.broker.transaction.settings import TransactionSettings
 from pyrmq.remoting.codes import RequestCode
+from pyrmq.remoting.headers import EndTransactionRequestHeader
 from pyrmq.store.format import StoredMessage
 
 if TYPE_CHECKING:  # pragma: no cover - types only
@@ -59,6 +60,11 @@ class Transactions:
 
     def is_master(self) -> bool:
         return self.role is not None and self.role.is_master
+
+    def end_transaction(self, header: EndTransactionRequestHeader) -> tuple[int, str | None] | None:
+        """END_TRANSACTION for a producer of another protocol (the gRPC endpoint of 5.x clients): the response code
+        and remark the remoting request would get; None for UNKNOWN (left to the check)."""
+        return self.end.answer(header)
 
     def _start_term(self) -> None:
         if self._loaded_term != self.term:
