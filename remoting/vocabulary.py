@@ -105,6 +105,10 @@ class MessageProperty:
     # arbitrary delivery times on the timing wheel (5.x names; pyrmq accepts them on a 4.x wire, docs/delay.md)
     TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
     TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+    # pyrmq's marks on a delivered delayed or timed copy: the commit-log offset of the record it was parked as, so a
+    # replica follows its master's deliveries from the replicated store (docs/delay.md)
+    DELAY_PARKED_OFFSET = "DELAY_PARKED_OFFSET"
+    TIMER_PARKED_OFFSET = "TIMER_PARKED_OFFSET"
 
 
 P = MessageProperty
@@ -116,7 +120,8 @@ SYSTEM_PROPERTIES = frozenset({
     P.MAX_RECONSUME_TIMES, P.CONSUME_START_TIMESTAMP, P.TRANSACTION_PREPARED, P.PRODUCER_GROUP, P.CLUSTER,
     P.TRANSACTION_PREPARED_QUEUE_OFFSET, P.TRANSACTION_CHECK_TIMES, P.CHECK_IMMUNITY_TIME_IN_SECONDS, P.MSG_REGION,
     P.TRACE_SWITCH, P.INSTANCE_ID, P.CORRELATION_ID, P.MESSAGE_REPLY_TO_CLIENT, P.MESSAGE_TTL,
-    P.REPLY_MESSAGE_ARRIVE_TIME, P.PUSH_REPLY_TIME, P.MESSAGE_TYPE, P.BUYER_ID,
+    P.REPLY_MESSAGE_ARRIVE_TIME, P.PUSH_REPLY_TIME, P.MESSAGE_TYPE, P.BUYER_ID, P.DELAY_PARKED_OFFSET,
+    P.TIMER_PARKED_OFFSET,
 })
 del P
 

@@ -24,7 +24,7 @@ PROPERTY_REAL_TOPIC = MessageProperty.REAL_TOPIC
 PROPERTY_REAL_QUEUE_ID = MessageProperty.REAL_QUEUE_ID
 #: pyrmq's: on a delivered copy, the commit-log offset of the parked record it was made from (how a replica follows
 #: its master's progress from the replicated store: docs/delay.md)
-PROPERTY_PARKED_OFFSET = "DELAY_PARKED_OFFSET"
+PROPERTY_PARKED_OFFSET = MessageProperty.DELAY_PARKED_OFFSET
 
 #: transaction types that are never delayed (a prepared or rolled-back message is not delivered at all)
 _NOT_DELIVERED = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)

@@ -23,7 +23,7 @@ PROPERTY_REAL_TOPIC = MessageProperty.REAL_TOPIC
 PROPERTY_REAL_QUEUE_ID = MessageProperty.REAL_QUEUE_ID
 #: pyrmq's (RocketMQ 5.x's copies carry TIMER_* times, no offset): the commit-log offset of the parked record a
 #: delivered or refreshed copy was made from
-PROPERTY_PARKED_OFFSET = "TIMER_PARKED_OFFSET"
+PROPERTY_PARKED_OFFSET = MessageProperty.TIMER_PARKED_OFFSET
 
 # a property's name and separator, as they appear in a record's encoded properties
 _DELIVER_MS_KEY = PROPERTY_TIMER_DELIVER_MS.encode() + b"\x01"
