@@ -141,18 +141,41 @@ def encode_properties(properties: Mapping[str, str | None]) -> str:
 
 
 def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
-    """``MessageDecoder.string2messageProperties``: segments shorter than 3 chars or without an inner
-    separator are ignored; later duplicates win."""
-    if not isinstance(data, str):
+    """``MessageDecoder.string2messageProperties``, the one properties decoder (the store's dispatch, the broker's
+    send paths, the client's messages): an item counts only with a non-empty name (up to its first name-value
+    separator) and a non-empty value, so ``TAGS\\x01`` is no item at all; a later duplicate wins (``HashMap.put``).
+    :func:`find_property` is the same rule for one name."""
+    if type(data) is bytes:
+        data = data.decode("utf-8", "replace")
+    elif not isinstance(data, str):
         data = bytes(data).decode("utf-8", "replace")
     result: dict[str, str] = {}
     if not data:
         return result
     for item in data.split(PROPERTY_SEPARATOR):
-        i = item.find(NAME_VALUE_SEPARATOR)
-        if len(item) >= 3 and 0 < i < len(item) - 1:
-            result[item[:i]] = item[i + 1 :]
+        name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+        if name and value:
+            result[name] = value
     return result
+
+
+def find_property(props: bytes, name: bytes) -> str | None:
+    """``decode_properties(props).get(...)`` of one property without decoding the rest: ``name`` is the property
+    name in bytes followed by the name-value separator (``b"TAGS\\x01"``). The last item of that name with a
+    non-empty value wins, as in :func:`decode_properties` (an empty one is no item: ``TAGS\\x01A\\x02TAGS\\x01`` has
+    ``TAGS`` = ``A``); None when there is none."""
+    end = len(props)
+    i = props.rfind(name)
+    while i >= 0:
+        if i == 0 or props[i - 1] == 2:  # the start of an item (else the name ends a longer one, or is in a value)
+            start = i + len(name)
+            stop = props.find(b"\x02", start)
+            if stop < 0:
+                stop = end
+            if stop > start:
+                return props[start:stop].decode("utf-8", "replace")
+        i = props.rfind(name, 0, i)
+    return None
 
 
 _POWERS_31 = [pow(31, k, 1 << 32) for k in range(257)]
