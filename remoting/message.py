@@ -584,24 +584,37 @@ def encode_batch_body(entries: list[BatchEntry]) -> bytes:
 
 
 def decode_batch_body(body: bytes | memoryview) -> list[BatchEntry]:
-    """Split a SEND_BATCH_MESSAGE body into its entries."""
-    view = memoryview(body)
-    out = []
+    """Split a SEND_BATCH_MESSAGE body into its entries (:func:`split_batch_body`, the bodies copied)."""
+    return [BatchEntry(flag, bytes(data), props) for flag, data, props in split_batch_body(body)]
+
+
+def split_batch_body(body: bytes | memoryview) -> list[tuple[int, memoryview, bytes]]:
+    """Split a SEND_BATCH_MESSAGE body into ``(flag, body, properties bytes)`` entries, each body a view of
+    ``body`` (the broker's bulk batch path copies it only into the commit log). Raises
+    :class:`CorruptRecordError` for an entry whose fields do not add up to its size or run past the end."""
+    data = body if type(body) is bytes else bytes(body)
+    view = memoryview(data)
+    end = len(data)
+    out: list[tuple[int, memoryview, bytes]] = []
+    append = out.append
+    head = BATCH_ENTRY_HEAD.unpack_from
+    head_size = BATCH_ENTRY_HEAD.size
+    short = SHORT.unpack_from
     pos = 0
-    while pos < len(view):
+    while pos < end:
         try:
-            size, _magic, _crc, flag, body_len = BATCH_ENTRY_HEAD.unpack_from(view, pos)
-            p = pos + BATCH_ENTRY_HEAD.size
-            b = bytes(view[p : p + body_len])
+            size, _magic, _crc, flag, body_len = head(view, pos)
+            p = pos + head_size
+            entry_body = view[p : p + body_len]
             p += body_len
-            props_len = SHORT.unpack_from(view, p)[0]
+            props_len = short(view, p)[0]
             p += 2
-            props = bytes(view[p : p + props_len])
+            props = data[p : p + props_len]
             p += props_len
         except struct.error as exc:
             raise CorruptRecordError(None, pos, f"short batch entry: {exc}") from None
-        if size != p - pos or len(b) != body_len or len(props) != props_len:
+        if size != p - pos or len(entry_body) != body_len or len(props) != props_len:
             raise CorruptRecordError(None, pos, f"batch entry size {size} does not match its fields")
-        out.append(BatchEntry(flag, b, props))
+        append((flag, entry_body, props))
         pos = p
     return out

@@ -59,6 +59,7 @@ from pyrmq.remoting.message import (  # noqa: F401 - re-exported: the store's an
     java_string_hash,
     pack_host,
     record_length,
+    split_batch_body,
     store_timestamp_pos,
     tags_hash_code,
     unpack_ip,
