@@ -13,7 +13,7 @@ import functools
 import socket
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from operator import mul
 
 import attrs
@@ -144,7 +144,7 @@ def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
     """``MessageDecoder.string2messageProperties``, the one properties decoder (the store's dispatch, the broker's
     send paths, the client's messages): an item counts only with a non-empty name (up to its first name-value
     separator) and a non-empty value, so ``TAGS\\x01`` is no item at all; a later duplicate wins (``HashMap.put``).
-    :func:`find_property` is the same rule for one name."""
+    :func:`find_property` is the same rule for one name, :func:`decode_properties_each` for many strings."""
     if type(data) is bytes:
         data = data.decode("utf-8", "replace")
     elif not isinstance(data, str):
@@ -157,6 +157,28 @@ def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
         if name and value:
             result[name] = value
     return result
+
+
+def decode_properties_each(items: Iterable[str | bytes | memoryview]) -> list[dict[str, str]]:
+    """``[decode_properties(x) for x in items]`` in one call, for a batch's entries: the same rule with the loop
+    inlined (a call per entry costs about as much as decoding three properties). Held identical to
+    :func:`decode_properties` by tests/remoting/test_message_properties.py."""
+    out: list[dict[str, str]] = []
+    append = out.append
+    separator = PROPERTY_SEPARATOR
+    name_value = NAME_VALUE_SEPARATOR
+    for data in items:
+        if type(data) is bytes:
+            data = data.decode("utf-8", "replace")
+        elif not isinstance(data, str):
+            data = bytes(data).decode("utf-8", "replace")
+        result: dict[str, str] = {}
+        for item in data.split(separator):
+            name, _, value = item.partition(name_value)
+            if name and value:
+                result[name] = value
+        append(result)
+    return out
 
 
 def find_property(props: bytes, name: bytes) -> str | None:

@@ -51,6 +51,7 @@ from pyrmq.remoting.message import (  # noqa: F401 - re-exported: the store's an
     decode_message_id,
     decode_messages,
     decode_properties,
+    decode_properties_each,
     encode_batch_body,
     encode_message_id,
     encode_properties,

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import cast
 
 from .commitlog import AppendRejected, CommitLog
@@ -23,7 +25,7 @@ from .format import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageRecord,
-    decode_properties,
+    decode_properties_each,
     encode_properties,
     java_string_hash,
 )
@@ -32,6 +34,9 @@ from .reput import DeriveTagsCode
 
 log = logging.getLogger("pyrmq.store.message_store")
 
+
+#: an entry's stored properties bytes
+_PROPS = itemgetter(2)
 
 #: tags codes remembered (tags strings repeat: a topic has a handful)
 MAX_TAGS_CODES = 65536
@@ -172,19 +177,19 @@ class StoreWrites:
         first = records[0]
         topic, queue_id = first.topic, first.queue_id
         entries = []
+        append = entries.append
         for rec in records:
             if rec.topic != topic or rec.queue_id != queue_id:
                 return PutMessageResult(
                     PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must target one topic and queue"
                 )
             props = rec.properties_bytes
-            if props is None:
-                props = encode_properties(rec.properties).encode("utf-8")
-            entries.append((rec.flag, rec.body, props))
+            append((rec.flag, rec.body, encode_properties(rec.properties).encode("utf-8") if props is None else props))
+        presets = [rec.tags_code for rec in records]
         return self.put_entries(
             topic, queue_id, entries, first.sys_flag, first.born_timestamp, first.born_host, first.store_host,
             first.reconsume_times, properties=[rec.properties for rec in records],
-            tags_codes=[rec.tags_code for rec in records],
+            tags_codes=None if presets.count(None) == len(presets) else presets,
         )
 
     def put_entries(
@@ -204,19 +209,19 @@ class StoreWrites:
         """Append a batch of one topic-queue given as ``(flag, body, stored properties bytes)`` entries (the
         broker's SEND_BATCH_MESSAGE path: no record object per message, see :meth:`CommitLog.append_entries`) and
         dispatch it. ``properties``: each entry's properties as :func:`decode_properties` reads its bytes (decoded
-        here when not given); the keys, UNIQ_KEY and tags the dispatchers get are read from them. ``tags_codes``:
-        preset consume-queue tags codes (None for an entry: the hash of its TAGS)."""
+        here when not given); the keys, UNIQ_KEY and tags the dispatchers get are read from them, and a batch with
+        a delay level is refused as :meth:`put_messages` refuses it. An entry's consume-queue tags code is the
+        tags-code resolver's for its topic when it derives one, else the preset in ``tags_codes`` (None for an
+        entry: none), else the hash of its TAGS."""
         if self._refusal is not None:
             return self._refused()
         if not entries:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
         if properties is None:
-            properties = [decode_properties(props) for _flag, _body, props in entries]
-        for props in properties:
-            if PROPERTY_DELAY_TIME_LEVEL in props:
-                return PutMessageResult(
-                    PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot have a delay level"
-                )
+            properties = decode_properties_each(map(_PROPS, entries))
+        # (C-level passes over the dicts: no bytecode per message)
+        if any(map(dict.__contains__, properties, repeat(PROPERTY_DELAY_TIME_LEVEL))):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot have a delay level")
         try:
             res, sizes, sys_flag = self.commit_log.append_entries(
                 topic, queue_id, entries, sys_flag, born_timestamp, born_host, store_host, reconsume_times
@@ -226,22 +231,27 @@ class StoreWrites:
         except OSError as exc:
             log.exception("batch append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        codes = self._tags_codes
+        get = dict.get
+        all_tags = list(map(get, properties, repeat(PROPERTY_TAGS)))
+        codes_out: list[int | None] = list(map(self._tags_codes.get, all_tags))
+        if None in codes_out:  # no TAGS, or tags not hashed yet
+            codes_out = [
+                code if code is not None else self._tags_code(tags) if tags else 0
+                for code, tags in zip(codes_out, all_tags)
+            ]
+        if tags_codes is not None:  # a preset code wins over the hash
+            codes_out = [code if preset is None else preset for code, preset in zip(codes_out, tags_codes)]
         derive = self._derive_tags.get(topic)
-        codes_out = []
-        for i, props in enumerate(properties):
-            # the tags code: derived (a topic the tags-code resolver derives), else preset, else the hash of TAGS
-            code = derive(props, res.store_timestamp) if derive is not None else None
-            if code is None and tags_codes is not None:
-                code = tags_codes[i]
-            if code is None:
-                tags = props.get(PROPERTY_TAGS)
-                code = (codes.get(tags) or self._tags_code(tags)) if tags else 0
-            codes_out.append(code)
+        if derive is not None:  # a topic the tags-code resolver derives: its answer wins over both
+            ts = res.store_timestamp
+            codes_out = [
+                code if derived is None else derived
+                for code, derived in zip(codes_out, [derive(props, ts) for props in properties])
+            ]
         self.dispatchers.dispatch_columns(DispatchBatch(
             topic, queue_id, sys_flag, res.store_timestamp, res.queue_offset, cast("list[int]", res.offsets), sizes,
-            codes_out, [props.get(PROPERTY_KEYS) for props in properties],
-            [props.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) for props in properties], properties,
+            cast("list[int]", codes_out), list(map(get, properties, repeat(PROPERTY_KEYS))),
+            list(map(get, properties, repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))), properties,
         ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 

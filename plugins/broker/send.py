@@ -42,6 +42,7 @@ from pyrmq.store.format import (
     MessageRecord,
     decode_batch_body,
     decode_properties,
+    decode_properties_each,
     drop_property,
     encode_message_id,
     encode_properties,
@@ -404,10 +405,9 @@ class SendProcessor:
     ) -> tuple[PutMessageResult, bool, int]:
         """SEND_BATCH_MESSAGE in bulk: the entries are cut out of the request body (the bodies as views of it) and
         appended with the stored properties built as bytes (the entry's, without WAIT, then the request's and
-        CLUSTER, which win on decoding as later duplicates, like RocketMQ's batch encoder) and, for the
-        dispatchers, as the dict :func:`decode_properties` reads from them: no record object per message. A batch
-        an interceptor wants to see (:meth:`PutChain.wants` of the topic and every property name of the request
-        and its entries) takes the per-record path, :meth:`_batch_records`."""
+        CLUSTER, which win on decoding as later duplicates, like RocketMQ's batch encoder) and decoded once for the
+        dispatchers: no record object per message. A batch an interceptor wants to see (:meth:`PutChain.wants` of
+        the topic and every property name of its messages) takes the per-record path, :meth:`_batch_records`."""
         topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic)
@@ -430,18 +430,13 @@ class SendProcessor:
         suffix = encode_properties(outer).encode("utf-8")
         joined = _PROPERTY_SEPARATOR_BYTES + suffix
         entries = []
-        dicts = []
+        append = entries.append
         for flag, entry_body, props in parsed:
             if _WAIT_ITEM in props:
                 props = drop_property(props, _WAIT_ITEM)
-            if props:
-                properties = decode_properties(props)  # what the dispatchers read: the stored bytes decoded
-                properties.update(outer)
-                entries.append((flag, entry_body, props + joined))
-            else:
-                properties = dict(outer)
-                entries.append((flag, entry_body, suffix))
-            dicts.append(properties)
+            append((flag, entry_body, props + joined if props else suffix))
+        # what the dispatchers read, and the chain's trigger test sees: the stored properties decoded
+        dicts = decode_properties_each([entry[2] for entry in entries])
         if chain.wants(topic, set().union(*dicts)):
             return self._put_batch_records(header, request, born_host, queue_id)
         result = self.ctx.store.put_entries(

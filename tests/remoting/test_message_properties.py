@@ -1,12 +1,13 @@
 """The one properties decoder (``decode_properties``, Java's ``MessageDecoder.string2messageProperties``) and its
-one-name variant (``find_property``), held identical over generated properties strings."""
+variants for one name (``find_property``) and for a batch's entries (``decode_properties_each``), held identical
+over generated properties strings."""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyrmq.remoting.message import decode_properties, encode_properties, find_property
+from pyrmq.remoting.message import decode_properties, decode_properties_each, encode_properties, find_property
 
 NAMES = ["TAGS", "KEYS", "UNIQ_KEY", "WAIT", "DELAY", "XTAGS", "TAGSX", "A"]
 
@@ -65,3 +66,13 @@ def test_encoded_properties_decode_to_themselves(props):
 def test_undecodable_bytes_find_and_decode_alike(raw):
     # invalid UTF-8 is replaced (U+FFFD) either way: never where a separator is
     assert find_property(raw, b"TAGS\x01") == decode_properties(raw).get("TAGS")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_props, _props.map(lambda t: t.encode("utf-8", "surrogatepass")), st.binary(max_size=12)),
+                max_size=6))
+def test_decode_properties_each_is_decode_properties_of_each(items):
+    # the batch paths' variant (one call for a batch's entries) against the decoder itself
+    assert decode_properties_each(items) == [decode_properties(item) for item in items]
+    assert decode_properties_each(iter(map(memoryview, [i for i in items if type(i) is bytes]))) == [
+        decode_properties(i) for i in items if type(i) is bytes]

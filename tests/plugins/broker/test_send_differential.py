@@ -45,6 +45,9 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.connection import Connection
 from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
 from pyrmq.remoting.message import (
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
     BatchEntry,
     decode_message,
     decode_message_id,
@@ -113,9 +116,10 @@ async def start_pairs(start_role: Any, nursery: trio.Nursery, autos: tuple[bool,
     for auto in autos:
         sides = []
         for extra in ((), (GeneralPlugin(),)):
-            kernel = await start_role(
-                "broker", {"broker.namesrvAddr": "", "broker.autoCreateTopicEnable": auto}, extra_plugins=extra
-            )
+            kernel = await start_role("broker", {
+                "broker.namesrvAddr": "", "broker.autoCreateTopicEnable": auto,
+                "broker.transactionCheckInterval": 3_600_000,  # no half message is checked (re-put) meanwhile
+            }, extra_plugins=extra)
             sides.append(Side(kernel, kernel.state.get(SEND)))
         made[auto] = Pair(sides[0], sides[1], auto)
     listener = socket.socket()
@@ -269,11 +273,13 @@ def appended(store: Any, start: int) -> list[Any]:
 
 
 def unit_of(store: Any, record: Any) -> tuple[int, int, int] | None:
+    if record.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE):
+        return None  # a prepared or rolled-back record takes no queue offset and gets no unit
     queue = store.consume_queues.get(record.topic, record.queue_id)
     return None if queue is None else queue.get_unit(record.queue_offset)
 
 
-def comparable(record: Any, unit: Any, start: int, decode_props: bool) -> dict[str, Any]:
+def comparable(record: Any, unit: Any, decode_props: bool) -> dict[str, Any]:
     """A stored record and its consume-queue unit without what legitimately differs between two brokers."""
     fields = attrs.asdict(record)
     fields.update(store_timestamp=0, store_host=None, commit_log_offset=None, queue_offset=None)
@@ -322,7 +328,7 @@ async def run_case(pairs: Any, case: dict[str, Any]) -> str:
         start = side.store.commit_log.max_offset
         result = await outcome.acapture(send, connection, request_of(case, n))
         records = appended(side.store, start)
-        stored.append([comparable(r, unit_of(side.store, r), start, case["code"] == RequestCode.SEND_BATCH_MESSAGE)
+        stored.append([comparable(r, unit_of(side.store, r), case["code"] == RequestCode.SEND_BATCH_MESSAGE)
                        for r in records])
         results.append(result)
         if not isinstance(result, outcome.Error) and result.value is not None and "msgId" in result.value.ext_fields:
@@ -439,7 +445,7 @@ async def run_store_batch(pairs: Any, case: dict[str, Any]) -> None:
         views.append((
             result.status, result.remark, None if append is None else (append.msg_num, append.wrote_bytes),
             None if append is None else [o - start for o in append.offsets],
-            [comparable(r, unit_of(store, r), start, False) | {"commit_log_offset": r.commit_log_offset - start,
+            [comparable(r, unit_of(store, r), False) | {"commit_log_offset": r.commit_log_offset - start,
                                                                "queue_offset": r.queue_offset}
              for r in appended(store, start)],
         ))
