@@ -168,12 +168,12 @@ def decode_properties_each(items: Iterable[str | bytes | memoryview]) -> list[di
     separator = PROPERTY_SEPARATOR
     name_value = NAME_VALUE_SEPARATOR
     for data in items:
-        if type(data) is bytes:
-            data = data.decode("utf-8", "replace")
-        elif not isinstance(data, str):
-            data = bytes(data).decode("utf-8", "replace")
+        try:
+            text = data.decode("utf-8", "replace")  # type: ignore[union-attr]
+        except AttributeError:  # text already, or a view
+            text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
         result: dict[str, str] = {}
-        for item in data.split(separator):
+        for item in text.split(separator):
             name, _, value = item.partition(name_value)
             if name and value:
                 result[name] = value

@@ -429,16 +429,14 @@ class SendProcessor:
         outer[PROPERTY_CLUSTER] = self.ctx.settings.brokerClusterName
         suffix = encode_properties(outer).encode("utf-8")
         joined = _PROPERTY_SEPARATOR_BYTES + suffix
-        entries = []
-        append = entries.append
-        for flag, entry_body, props in parsed:
-            if _WAIT_ITEM in props:
-                props = drop_property(props, _WAIT_ITEM)
-            append((flag, entry_body, props + joined if props else suffix))
+        flags, bodies, sent = zip(*parsed)
+        kept = [drop_property(p, _WAIT_ITEM) if _WAIT_ITEM in p else p for p in sent]
+        stored = [p + joined if p else suffix for p in kept]
         # what the dispatchers read, and the chain's trigger test sees: the stored properties decoded
-        dicts = decode_properties_each([entry[2] for entry in entries])
+        dicts = decode_properties_each(stored)
         if chain.wants(topic, set().union(*dicts)):
             return self._put_batch_records(header, request, born_host, queue_id)
+        entries = list(zip(flags, bodies, stored))
         result = self.ctx.store.put_entries(
             topic, queue_id, entries, header.sys_flag, header.born_timestamp, born_host, self.ctx.store_host,
             header.reconsume_times or 0, properties=dicts,
