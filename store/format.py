@@ -79,8 +79,9 @@ __all__ = [
     "TRANSACTION_COMMIT_TYPE", "TRANSACTION_NOT_TYPE", "TRANSACTION_PREPARED_TYPE", "TRANSACTION_ROLLBACK_TYPE",
     "TRANSACTION_TYPE_MASK", "UBYTE", "BatchEntry", "MessageRecord", "StoredMessage", "body_crc", "combine_hash",
     "decode_batch_body", "decode_message", "decode_message_id", "decode_messages", "decode_properties",
-    "encode_batch_body", "encode_message_id", "encode_properties", "encode_record", "java_string_hash", "pack_host",
-    "record_length", "store_timestamp_pos", "tags_hash_code", "unpack_ip", "unsigned_hash",
+    "decode_properties_each", "encode_batch_body", "encode_message_id", "encode_properties", "encode_record",
+    "java_string_hash", "pack_host", "record_length", "split_batch_body", "store_timestamp_pos", "tags_hash_code",
+    "unpack_ip", "unsigned_hash",
 ]
 
 # End of a commit-log segment (spec 5.1): the bytes left in the segment, BLANK magic

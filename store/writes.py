@@ -176,7 +176,7 @@ class StoreWrites:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
         first = records[0]
         topic, queue_id = first.topic, first.queue_id
-        entries = []
+        entries: list[tuple[int, bytes | memoryview, bytes]] = []
         append = entries.append
         for rec in records:
             if rec.topic != topic or rec.queue_id != queue_id:
@@ -233,7 +233,8 @@ class StoreWrites:
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
         get = dict.get
         all_tags = list(map(get, properties, repeat(PROPERTY_TAGS)))
-        codes_out: list[int | None] = list(map(self._tags_codes.get, all_tags))
+        # (a missing TAGS is looked up as None: never a key, so it takes the branch below)
+        codes_out = list(map(cast("dict[str | None, int]", self._tags_codes).get, all_tags))
         if None in codes_out:  # no TAGS, or tags not hashed yet
             codes_out = [
                 code if code is not None else self._tags_code(tags) if tags else 0
