@@ -21,11 +21,10 @@ import attrs
 from pyrmq.remoting.message import (
     COMPRESSED_FLAG,
     HEADER_STRUCTS,
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_SEPARATOR,
     decode_properties,
     encode_message_id,
     encode_properties,
+    find_property,
 )
 from pyrmq.remoting.vocabulary import SYSTEM_PROPERTIES, MessageProperty
 
@@ -45,9 +44,6 @@ __all__ = [
 ]
 
 P = MessageProperty  # property names (spec 5.3)
-
-_NV = NAME_VALUE_SEPARATOR
-_SEP = PROPERTY_SEPARATOR
 
 #: Java's ``string2messageProperties``: a segment counts only with a non-empty key and value
 parse_properties = decode_properties
@@ -176,16 +172,6 @@ def _ip(raw: bytes) -> str:
     return ip
 
 
-def _parse_raw(raw: bytes) -> dict[str, str]:
-    props: dict[str, str] = {}
-    if raw:
-        for item in raw.decode("utf-8", "replace").split(_SEP):
-            i = item.find(_NV)
-            if 0 < i < len(item) - 1:
-                props[item[:i]] = item[i + 1:]
-    return props
-
-
 #: the fields a decoded ``MessageExt`` fills on first use, from the record's unpacked header (``_head``) and its
 #: pull's ``(broker_name, min_offset, max_offset)`` (``_batch``)
 _LAZY_FIELDS = frozenset((
@@ -307,7 +293,7 @@ class MessageExt:
     def properties(self) -> dict[str, str]:
         props = self._properties
         if props is None:
-            props = self._properties = _parse_raw(self.raw_properties)
+            props = self._properties = decode_properties(self.raw_properties)
             if self.min_offset >= 0:
                 props.setdefault(P.MIN_OFFSET, str(self.min_offset))
                 props.setdefault(P.MAX_OFFSET, str(self.max_offset))
@@ -378,16 +364,9 @@ _TAGS_MARK = b"TAGS\x01"
 
 
 def raw_tags(raw: bytes) -> str | None:
-    """The TAGS property straight from the raw properties bytes (the client-side tag re-check)."""
-    i = raw.find(_TAGS_MARK)
-    while i > 0 and raw[i - 1] != 2:  # a key that merely ends in "TAGS"
-        i = raw.find(_TAGS_MARK, i + 1)
-    if i < 0:
-        return None
-    start = i + 5
-    end = raw.find(b"\x02", start)
-    value = raw[start:] if end < 0 else raw[start:end]
-    return value.decode("utf-8", "replace") or None
+    """The TAGS property straight from the raw properties bytes (the client-side tag re-check): what
+    ``MessageExt.tags`` says, without decoding the other properties (:func:`find_property`)."""
+    return find_property(raw, _TAGS_MARK)
 
 
 def decode_messages(

@@ -234,10 +234,10 @@ class SlaveSyncStep(Protocol):
 class PutChain:
     """The broker's put interceptors, collected once at start (:meth:`Kernel.collect`) and called directly.
 
-    ``steps`` is a tuple of the interceptors' bound ``intercept`` methods. A processor asks :meth:`applies` first
-    (one set test and one ``startswith`` when every interceptor has a trigger, False at once for an empty chain)
-    and builds a :class:`PutContext` and calls the chain only then. Calling the chain returns the record to append
-    or the first :class:`Rejection`.
+    ``steps`` is a tuple of the interceptors' bound ``intercept`` methods. A processor asks :meth:`applies` (or
+    :meth:`wants`, without a record) first (one set test and one ``startswith`` when every interceptor has a
+    trigger, False at once for an empty chain) and builds a :class:`PutContext` and calls the chain only then.
+    Calling the chain returns the record to append or the first :class:`Rejection`.
     """
 
     __slots__ = ("interceptors", "steps", "always", "trigger_properties", "trigger_topic_prefixes")
@@ -263,11 +263,18 @@ class PutChain:
         self.trigger_topic_prefixes = tuple(prefixes)
 
     def applies(self, record: Any) -> bool:
-        """Whether any interceptor wants to see ``record`` (see :class:`PutInterceptor`'s triggers)."""
+        """Whether any interceptor wants to see ``record`` (see :class:`PutInterceptor`'s triggers): :meth:`wants`
+        of its topic and properties."""
+        return self.wants(record.topic, record.properties)
+
+    def wants(self, topic: str, properties: Any) -> bool:
+        """The trigger test: whether any interceptor wants to see a message to ``topic`` carrying ``properties``
+        (its property names: a dict, or any collection of names, e.g. every name of a batch's messages at once).
+        For a caller that has no record object (the broker's one-pass send and batch paths)."""
         return (
             self.always
-            or not self.trigger_properties.isdisjoint(record.properties)
-            or record.topic.startswith(self.trigger_topic_prefixes)
+            or not self.trigger_properties.isdisjoint(properties)
+            or topic.startswith(self.trigger_topic_prefixes)
         )
 
     def __bool__(self) -> bool:

@@ -13,7 +13,7 @@ import functools
 import socket
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from operator import mul
 
 import attrs
@@ -141,18 +141,63 @@ def encode_properties(properties: Mapping[str, str | None]) -> str:
 
 
 def decode_properties(data: str | bytes | memoryview) -> dict[str, str]:
-    """``MessageDecoder.string2messageProperties``: segments shorter than 3 chars or without an inner
-    separator are ignored; later duplicates win."""
-    if not isinstance(data, str):
+    """``MessageDecoder.string2messageProperties``, the one properties decoder (the store's dispatch, the broker's
+    send paths, the client's messages): an item counts only with a non-empty name (up to its first name-value
+    separator) and a non-empty value, so ``TAGS\\x01`` is no item at all; a later duplicate wins (``HashMap.put``).
+    :func:`find_property` is the same rule for one name, :func:`decode_properties_each` for many strings."""
+    if type(data) is bytes:
+        data = data.decode("utf-8", "replace")
+    elif not isinstance(data, str):
         data = bytes(data).decode("utf-8", "replace")
     result: dict[str, str] = {}
     if not data:
         return result
     for item in data.split(PROPERTY_SEPARATOR):
-        i = item.find(NAME_VALUE_SEPARATOR)
-        if len(item) >= 3 and 0 < i < len(item) - 1:
-            result[item[:i]] = item[i + 1 :]
+        name, _, value = item.partition(NAME_VALUE_SEPARATOR)
+        if name and value:
+            result[name] = value
     return result
+
+
+def decode_properties_each(items: Iterable[str | bytes | memoryview]) -> list[dict[str, str]]:
+    """``[decode_properties(x) for x in items]`` in one call, for a batch's entries: the same rule with the loop
+    inlined (a call per entry costs about as much as decoding three properties). Held identical to
+    :func:`decode_properties` by tests/remoting/test_message_properties.py."""
+    out: list[dict[str, str]] = []
+    append = out.append
+    separator = PROPERTY_SEPARATOR
+    name_value = NAME_VALUE_SEPARATOR
+    for data in items:
+        try:
+            text = data.decode("utf-8", "replace")  # type: ignore[union-attr]
+        except AttributeError:  # text already, or a view
+            text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+        result: dict[str, str] = {}
+        for item in text.split(separator):
+            name, _, value = item.partition(name_value)
+            if name and value:
+                result[name] = value
+        append(result)
+    return out
+
+
+def find_property(props: bytes, name: bytes) -> str | None:
+    """``decode_properties(props).get(...)`` of one property without decoding the rest: ``name`` is the property
+    name in bytes followed by the name-value separator (``b"TAGS\\x01"``). The last item of that name with a
+    non-empty value wins, as in :func:`decode_properties` (an empty one is no item: ``TAGS\\x01A\\x02TAGS\\x01`` has
+    ``TAGS`` = ``A``); None when there is none."""
+    end = len(props)
+    i = props.rfind(name)
+    while i >= 0:
+        if i == 0 or props[i - 1] == 2:  # the start of an item (else the name ends a longer one, or is in a value)
+            start = i + len(name)
+            stop = props.find(b"\x02", start)
+            if stop < 0:
+                stop = end
+            if stop > start:
+                return props[start:stop].decode("utf-8", "replace")
+        i = props.rfind(name, 0, i)
+    return None
 
 
 _POWERS_31 = [pow(31, k, 1 << 32) for k in range(257)]
@@ -561,24 +606,37 @@ def encode_batch_body(entries: list[BatchEntry]) -> bytes:
 
 
 def decode_batch_body(body: bytes | memoryview) -> list[BatchEntry]:
-    """Split a SEND_BATCH_MESSAGE body into its entries."""
-    view = memoryview(body)
-    out = []
+    """Split a SEND_BATCH_MESSAGE body into its entries (:func:`split_batch_body`, the bodies copied)."""
+    return [BatchEntry(flag, bytes(data), props) for flag, data, props in split_batch_body(body)]
+
+
+def split_batch_body(body: bytes | memoryview) -> list[tuple[int, memoryview, bytes]]:
+    """Split a SEND_BATCH_MESSAGE body into ``(flag, body, properties bytes)`` entries, each body a view of
+    ``body`` (the broker's bulk batch path copies it only into the commit log). Raises
+    :class:`CorruptRecordError` for an entry whose fields do not add up to its size or run past the end."""
+    data = body if type(body) is bytes else bytes(body)
+    view = memoryview(data)
+    end = len(data)
+    out: list[tuple[int, memoryview, bytes]] = []
+    append = out.append
+    head = BATCH_ENTRY_HEAD.unpack_from
+    head_size = BATCH_ENTRY_HEAD.size
+    short = SHORT.unpack_from
     pos = 0
-    while pos < len(view):
+    while pos < end:
         try:
-            size, _magic, _crc, flag, body_len = BATCH_ENTRY_HEAD.unpack_from(view, pos)
-            p = pos + BATCH_ENTRY_HEAD.size
-            b = bytes(view[p : p + body_len])
+            size, _magic, _crc, flag, body_len = head(view, pos)
+            p = pos + head_size
+            entry_body = view[p : p + body_len]
             p += body_len
-            props_len = SHORT.unpack_from(view, p)[0]
+            props_len = short(view, p)[0]
             p += 2
-            props = bytes(view[p : p + props_len])
+            props = data[p : p + props_len]
             p += props_len
         except struct.error as exc:
             raise CorruptRecordError(None, pos, f"short batch entry: {exc}") from None
-        if size != p - pos or len(b) != body_len or len(props) != props_len:
+        if size != p - pos or len(entry_body) != body_len or len(props) != props_len:
             raise CorruptRecordError(None, pos, f"batch entry size {size} does not match its fields")
-        out.append(BatchEntry(flag, b, props))
+        append((flag, entry_body, props))
         pos = p
     return out

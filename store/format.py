@@ -51,13 +51,16 @@ from pyrmq.remoting.message import (  # noqa: F401 - re-exported: the store's an
     decode_message_id,
     decode_messages,
     decode_properties,
+    decode_properties_each,
     encode_batch_body,
     encode_message_id,
     encode_properties,
     encode_record,
+    find_property,
     java_string_hash,
     pack_host,
     record_length,
+    split_batch_body,
     store_timestamp_pos,
     tags_hash_code,
     unpack_ip,
@@ -76,8 +79,9 @@ __all__ = [
     "TRANSACTION_COMMIT_TYPE", "TRANSACTION_NOT_TYPE", "TRANSACTION_PREPARED_TYPE", "TRANSACTION_ROLLBACK_TYPE",
     "TRANSACTION_TYPE_MASK", "UBYTE", "BatchEntry", "MessageRecord", "StoredMessage", "body_crc", "combine_hash",
     "decode_batch_body", "decode_message", "decode_message_id", "decode_messages", "decode_properties",
-    "encode_batch_body", "encode_message_id", "encode_properties", "encode_record", "java_string_hash", "pack_host",
-    "record_length", "store_timestamp_pos", "tags_hash_code", "unpack_ip", "unsigned_hash",
+    "decode_properties_each", "encode_batch_body", "encode_message_id", "encode_properties", "encode_record",
+    "java_string_hash", "pack_host", "record_length", "split_batch_body", "store_timestamp_pos", "tags_hash_code",
+    "unpack_ip", "unsigned_hash",
 ]
 
 # End of a commit-log segment (spec 5.1): the bytes left in the segment, BLANK magic
@@ -122,24 +126,9 @@ def index_key_hash(unsigned_h: int) -> int:
     return unsigned_h
 
 
-def find_property(props: bytes, name: bytes) -> str | None:
-    """The value of one property in an encoded properties string (spec 5.3) without decoding the rest: ``name`` is
-    the property name in bytes followed by the name-value separator (``b"KEYS\x01"``). As
-    :func:`decode_properties`, a later duplicate wins and an empty value counts as absent (None)."""
-    i = props.rfind(name)
-    while i > 0 and props[i - 1] != 2:  # only a match at the start of an item is the name
-        i = props.rfind(name, 0, i)
-    if i < 0:
-        return None
-    start = i + len(name)
-    end = props.find(b"\x02", start)
-    if end < 0:
-        end = len(props)
-    return props[start:end].decode("utf-8", "replace") if end > start else None
-
-
 def drop_property(props: bytes, name: bytes) -> bytes:
-    """``props`` without the item(s) of one property (``name`` as for :func:`find_property`)."""
+    """``props`` without the item(s) of one property (``name`` as for :func:`find_property`: the name and the
+    name-value separator, in bytes)."""
     i = props.find(name)
     while i >= 0:
         if i == 0 or props[i - 1] == 2:

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from itertools import repeat
+from operator import itemgetter
 from typing import cast
 
 from .commitlog import AppendRejected, CommitLog
 from .dispatch import DispatchBatch, Dispatchers, DispatchRequest
 from .flush import FlushPolicy, FlushTarget
 from .format import (
-    NAME_VALUE_SEPARATOR,
-    PROPERTY_SEPARATOR,
+    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX,
     MessageRecord,
+    decode_properties_each,
     encode_properties,
     java_string_hash,
 )
@@ -33,12 +35,11 @@ from .reput import DeriveTagsCode
 log = logging.getLogger("pyrmq.store.message_store")
 
 
+#: an entry's stored properties bytes
+_PROPS = itemgetter(2)
+
 #: tags codes remembered (tags strings repeat: a topic has a handful)
 MAX_TAGS_CODES = 65536
-
-
-def _first(derived: int | None, preset: int | None) -> int | None:
-    return preset if derived is None else derived
 
 
 class StoreWrites:
@@ -166,39 +167,30 @@ class StoreWrites:
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 
     def put_messages(self, records: Sequence[MessageRecord]) -> PutMessageResult:
-        """Append a batch of one topic-queue: consecutive queue offsets, one segment, one call (spec 5.8)."""
+        """Append a batch of one topic-queue: consecutive queue offsets, one segment, one call (spec 5.8).
+        :meth:`put_entries` of the records' fields (the first record's header fields, each record's flag, body,
+        properties and tags code)."""
         if self._refusal is not None:
             return self._refused()
         if not records:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
-        try:
-            res, sizes, sys_flag = self.commit_log.append_batch(records)
-        except AppendRejected as exc:
-            return exc.result()
-        except OSError as exc:
-            log.exception("batch append failed")
-            return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        codes = self._tags_codes
-        tags_codes = []
-        keys = []
-        uniq_keys = []
-        props = [record.properties for record in records]
-        derive = self._derive_tags.get(records[0].topic)
-        for record, properties in zip(records, props):
-            tags_code = record.tags_code
-            if derive is not None:
-                tags_code = _first(derive(properties, res.store_timestamp), tags_code)
-            if tags_code is None:
-                tags = properties.get(PROPERTY_TAGS)
-                tags_code = (codes.get(tags) or self._tags_code(tags)) if tags else 0
-            tags_codes.append(tags_code)
-            keys.append(properties.get(PROPERTY_KEYS))
-            uniq_keys.append(properties.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))
-        self.dispatchers.dispatch_columns(DispatchBatch(
-            records[0].topic, records[0].queue_id, sys_flag, res.store_timestamp, res.queue_offset,
-            cast("list[int]", res.offsets), sizes, tags_codes, keys, uniq_keys, props,  # a batch's result has offsets
-        ))
-        return PutMessageResult(PutMessageStatus.PUT_OK, res)
+        first = records[0]
+        topic, queue_id = first.topic, first.queue_id
+        entries: list[tuple[int, bytes | memoryview, bytes]] = []
+        append = entries.append
+        for rec in records:
+            if rec.topic != topic or rec.queue_id != queue_id:
+                return PutMessageResult(
+                    PutMessageStatus.MESSAGE_ILLEGAL, None, "a batch must target one topic and queue"
+                )
+            props = rec.properties_bytes
+            append((rec.flag, rec.body, encode_properties(rec.properties).encode("utf-8") if props is None else props))
+        presets = [rec.tags_code for rec in records]
+        return self.put_entries(
+            topic, queue_id, entries, first.sys_flag, first.born_timestamp, first.born_host, first.store_host,
+            first.reconsume_times, properties=[rec.properties for rec in records],
+            tags_codes=None if presets.count(None) == len(presets) else presets,
+        )
 
     def put_entries(
         self,
@@ -210,15 +202,26 @@ class StoreWrites:
         born_host: tuple[str, int],
         store_host: tuple[str, int],
         reconsume_times: int = 0,
+        *,
+        properties: Sequence[dict[str, str]] | None = None,
+        tags_codes: Sequence[int | None] | None = None,
     ) -> PutMessageResult:
         """Append a batch of one topic-queue given as ``(flag, body, stored properties bytes)`` entries (the
         broker's SEND_BATCH_MESSAGE path: no record object per message, see :meth:`CommitLog.append_entries`) and
-        dispatch it. The keys, UNIQ_KEY and tags the dispatchers get are read from the properties bytes; the
-        properties dict of each :class:`DispatchRequest` is only decoded if a dispatcher reads it."""
+        dispatch it. ``properties``: each entry's properties as :func:`decode_properties` reads its bytes (decoded
+        here when not given); the keys, UNIQ_KEY and tags the dispatchers get are read from them, and a batch with
+        a delay level is refused as :meth:`put_messages` refuses it. An entry's consume-queue tags code is the
+        tags-code resolver's for its topic when it derives one, else the preset in ``tags_codes`` (None for an
+        entry: none), else the hash of its TAGS."""
         if self._refusal is not None:
             return self._refused()
         if not entries:
             return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "empty batch")
+        if properties is None:
+            properties = decode_properties_each(map(_PROPS, entries))
+        # (C-level passes over the dicts: no bytecode per message)
+        if any(map(dict.__contains__, properties, repeat(PROPERTY_DELAY_TIME_LEVEL))):
+            return PutMessageResult(PutMessageStatus.MESSAGE_ILLEGAL, None, "batch messages cannot have a delay level")
         try:
             res, sizes, sys_flag = self.commit_log.append_entries(
                 topic, queue_id, entries, sys_flag, born_timestamp, born_host, store_host, reconsume_times
@@ -228,29 +231,28 @@ class StoreWrites:
         except OSError as exc:
             log.exception("batch append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
-        codes = self._tags_codes
-        raw = [props for _flag, _body, props in entries]
-        tags_codes = []
-        keys = []
-        uniq_keys = []
+        get = dict.get
+        all_tags = list(map(get, properties, repeat(PROPERTY_TAGS)))
+        # (a missing TAGS is looked up as None: never a key, so it takes the branch below)
+        codes_out = list(map(cast("dict[str | None, int]", self._tags_codes).get, all_tags))
+        if None in codes_out:  # no TAGS, or tags not hashed yet
+            codes_out = [
+                code if code is not None else self._tags_code(tags) if tags else 0
+                for code, tags in zip(codes_out, all_tags)
+            ]
+        if tags_codes is not None:  # a preset code wins over the hash
+            codes_out = [code if preset is None else preset for code, preset in zip(codes_out, tags_codes)]
         derive = self._derive_tags.get(topic)
-        for props in raw:
-            # one decode and split per message (find_property's rules: a later duplicate wins, empty is absent)
-            found = {}
-            for item in props.decode("utf-8", "replace").split(PROPERTY_SEPARATOR):
-                name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
-                if sep:
-                    found[name] = value
-            tags_code = derive(found, res.store_timestamp) if derive is not None else None
-            if tags_code is None:
-                tags = found.get(PROPERTY_TAGS)
-                tags_code = (codes.get(tags) or self._tags_code(tags)) if tags else 0
-            tags_codes.append(tags_code)
-            keys.append(found.get(PROPERTY_KEYS) or None)
-            uniq_keys.append(found.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None)
+        if derive is not None:  # a topic the tags-code resolver derives: its answer wins over both
+            ts = res.store_timestamp
+            codes_out = [
+                code if derived is None else derived
+                for code, derived in zip(codes_out, [derive(props, ts) for props in properties])
+            ]
         self.dispatchers.dispatch_columns(DispatchBatch(
             topic, queue_id, sys_flag, res.store_timestamp, res.queue_offset, cast("list[int]", res.offsets), sizes,
-            tags_codes, keys, uniq_keys, None, raw,  # a batch's result has offsets
+            cast("list[int]", codes_out), list(map(get, properties, repeat(PROPERTY_KEYS))),
+            list(map(get, properties, repeat(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX))), properties,
         ))
         return PutMessageResult(PutMessageStatus.PUT_OK, res)
 

@@ -12,8 +12,8 @@ slave acknowledge the message: SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT otherwi
 from __future__ import annotations
 
 import logging
+import operator
 import random
-import struct
 import time
 from typing import Any
 
@@ -26,7 +26,6 @@ from pyrmq.plugins.broker.topics import (
     PERM_WRITE,
     Permission,
     RETRY_GROUP_TOPIC_PREFIX,
-    is_writeable,
     topic_problem,
 )
 from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
@@ -36,19 +35,18 @@ from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponse
 from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.errors import CorruptRecordError
 from pyrmq.store.format import (
-    BATCH_ENTRY_HEAD,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
-    SHORT,
-    TRANSACTION_PREPARED_TYPE,
     TRANSACTION_TYPE_MASK,
     BatchEntry,
     MessageRecord,
     decode_batch_body,
     decode_properties,
+    decode_properties_each,
     drop_property,
     encode_message_id,
     encode_properties,
+    split_batch_body,
 )
 from pyrmq.store.results import PutMessageResult, PutMessageStatus
 
@@ -61,9 +59,7 @@ PROPERTY_CLUSTER = MessageProperty.CLUSTER
 PROPERTY_WAIT = MessageProperty.WAIT_STORE_MSG_OK
 PROPERTY_REPLY_TO_CLIENT = MessageProperty.MESSAGE_REPLY_TO_CLIENT
 PROPERTY_PUSH_REPLY_TIME = MessageProperty.PUSH_REPLY_TIME
-PROPERTY_DELAY = MessageProperty.DELAY_TIME_LEVEL
 _WAIT_ITEM = (PROPERTY_WAIT + NAME_VALUE_SEPARATOR).encode()
-_DELAY_ITEM = (PROPERTY_DELAY + NAME_VALUE_SEPARATOR).encode()
 _PROPERTY_SEPARATOR_BYTES = PROPERTY_SEPARATOR.encode()
 REPLY_PUSH_TIMEOUT = 3.0  # seconds; a requester that cannot take its reply within a producer's send timeout is gone
 
@@ -88,6 +84,22 @@ class SendRejected(Exception):
         self.remark = remark
 
 
+#: the V2 header's short names, as the header class declares them (spec 3.1): attribute -> key
+_V2 = SendMessageRequestHeader.WIRE_NAMES_V2
+#: the key whose presence makes a request's header V2 (what ``SendMessageRequestHeader.from_ext_fields`` tests)
+_V2_PROBE = _V2["producer_group"]
+#: the fields the one-pass path reads with ``ext[key]`` (a missing one: the general path's HeaderError), in the
+#: order :meth:`SendProcessor._send_one` unpacks them: every field of the header without a default
+_V2_REQUIRED_FIELDS = (
+    "producer_group", "topic", "default_topic", "default_topic_queue_nums", "queue_id", "sys_flag", "born_timestamp",
+    "flag",
+)
+_V2_REQUIRED = operator.itemgetter(*[_V2[name] for name in _V2_REQUIRED_FIELDS])
+#: the optional fields it reads with ``ext.get``, likewise: every optional field that can refuse a request (the
+#: numbers) or changes the path (``batch``); the others (unitMode, bname) are read by nobody on a single send
+_V2_OPTIONAL_FIELDS = ("properties", "reconsume_times", "max_reconsume_times", "batch")
+_V2_OPTIONAL = tuple(_V2[name] for name in _V2_OPTIONAL_FIELDS)
+
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PUT_OK = PutMessageStatus.PUT_OK
@@ -110,45 +122,72 @@ class SendProcessor:
         self.sync_master = s.brokerRole == "SYNC_MASTER"
         self.chain = ctx.put_chain
         self.rng = random.Random()
-        self._triggers: tuple[frozenset, tuple[bytes, ...]] | None = None
 
     # -- checks ----------------------------------------------------------------------------------------------
 
     def check(self, header: SendMessageRequestHeader, born_host: tuple[str, int]) -> tuple[Any, int]:
-        """(topic config, queue id) for a send, or SendRejected (spec 2.4 pre-send checks, 7.3 auto-creation)."""
+        """(topic config, queue id) for a send, or SendRejected (spec 2.4 pre-send checks, 7.3 auto-creation):
+        :meth:`check_fields` of the header's fields."""
+        return self.check_fields(
+            header.topic, header.queue_id, header.default_topic, header.default_topic_queue_nums, born_host
+        )
+
+    def check_fields(
+        self,
+        topic: str,
+        queue_id: int,
+        default_topic: str,
+        default_topic_queue_nums: int,
+        born_host: tuple[str, int],
+    ) -> tuple[Any, int]:
+        """The checks of every send, in RocketMQ's order (AbstractSendMessageProcessor#msgCheck): a slave refuses,
+        then the topic name, forbidden topics, the broker's and the topic's write permission (an unknown topic
+        auto-created from ``default_topic``, a ``%RETRY%`` one as a system topic), the queue id (a negative one
+        picks a writable queue at random). (topic config, queue id), or SendRejected. The one-pass single send
+        calls it with the header fields it read, the other paths through :meth:`check`."""
         ctx = self.ctx
         s = ctx.settings
         if s.brokerRole == "SLAVE":
             raise SendRejected(ResponseCode.SERVICE_NOT_AVAILABLE, f"the broker[{s.brokerName}] is a slave: sending is not allowed")
-        topic = header.topic
-        problem = topic_problem(topic)
-        if problem:
-            raise SendRejected(ResponseCode.SYSTEM_ERROR, problem)
-        if topic in NOT_ALLOWED_SEND_TOPICS:
-            raise SendRejected(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+        if topic not in self._checked_topics:  # a valid name, not forbidden: remembered, since every send names one
+            problem = topic_problem(topic)
+            if problem:
+                raise SendRejected(ResponseCode.SYSTEM_ERROR, problem)
+            if topic in NOT_ALLOWED_SEND_TOPICS:
+                raise SendRejected(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            if len(self._checked_topics) >= _MAX_CHECKED_TOPICS:
+                self._checked_topics.clear()
+            self._checked_topics.add(topic)
         config = ctx.topics.get(topic)
-        if not is_writeable(s.brokerPermission) and (config is None or config.order):
+        if config is None or not s.brokerPermission & config.perm & PERM_WRITE:
+            config = self._config_to_write(topic, config, default_topic, default_topic_queue_nums)
+        if queue_id < 0 or (queue_id >= config.write_queue_nums and queue_id >= config.read_queue_nums):
+            if queue_id >= 0:
+                raise SendRejected(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums: "
+                    f"[{config.write_queue_nums}] consumer: [{born_host[0]}]",
+                )
+            queue_id = self.rng.randrange(config.write_queue_nums)
+        return config, queue_id
+
+    def _config_to_write(self, topic: str, config: Any, default_topic: str, default_topic_queue_nums: int) -> Any:
+        """:meth:`check_fields` for a topic not known or not writable here: the config to write to (auto-created),
+        or SendRejected."""
+        ctx = self.ctx
+        s = ctx.settings
+        if not s.brokerPermission & PERM_WRITE and (config is None or config.order):
             raise SendRejected(ResponseCode.NO_PERMISSION, f"the broker[{s.brokerIP1}] sending message is forbidden")
         if config is None:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 config = ctx.topics.create_system_topic(topic, 1, Permission.READ | Permission.WRITE)
             else:
-                config = ctx.topics.create_in_send(topic, header.default_topic, header.default_topic_queue_nums)
+                config = ctx.topics.create_in_send(topic, default_topic, default_topic_queue_nums)
             if config is None:
                 raise SendRejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        if not is_writeable(config.perm):
+        if not config.perm & PERM_WRITE:
             raise SendRejected(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-        queue_id = header.queue_id
-        limit = max(config.read_queue_nums, config.write_queue_nums)
-        if queue_id >= limit:
-            raise SendRejected(
-                ResponseCode.SYSTEM_ERROR,
-                f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums: "
-                f"[{config.write_queue_nums}] consumer: [{born_host[0]}]",
-            )
-        if queue_id < 0:
-            queue_id = self.rng.randrange(config.write_queue_nums)
-        return config, queue_id
+        return config
 
     @staticmethod
     def max_reconsume_times(header: Any, version: int) -> int | None:
@@ -188,11 +227,17 @@ class SendProcessor:
 
     async def send(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
         ext = request.ext_fields
-        if "a" in ext and request.code != _SEND_BATCH:
+        if _V2_PROBE in ext and request.code != _SEND_BATCH:
             response = self._send_one(connection, request, ext)
             if response is not _GENERIC:
                 return response
-        header = SendMessageRequestHeader.from_ext_fields(ext)
+        return await self.send_general(connection, request)
+
+    async def send_general(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
+        """The general path of :meth:`send`: the header decoded into its object, the checks, a record, the put
+        interceptors, the append. What :meth:`send` does when the one-pass path leaves a send to it, and for every
+        V1-named or batch send."""
+        header = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
         born_host = connection.remote_address
         try:
             if header.batch or request.code == RequestCode.SEND_BATCH_MESSAGE:
@@ -212,69 +257,51 @@ class SendProcessor:
 
     def _send_one(self, connection: Any, request: RemotingCommand, ext: dict[str, Any]) -> Any:
         """One message of a SEND_MESSAGE(_V2) with V2 header names (every client's single send), in one pass: the
-        header fields read straight from ``ext``, the checks of :meth:`check` for a known topic, the append from the
-        fields (no header or record object: :meth:`MessageStore.put_one`), the response rendered from a template.
-        Anything out of the ordinary (a batch flag, a field to coerce or missing, a topic to create or refuse, a
-        slave, a permission or queue to check, an interceptor that wants the message) returns ``_GENERIC`` before any
-        side effect, and :meth:`send` takes the general path, which decides and answers as before."""
+        header fields read straight from ``ext`` (the keys the header class declares, converted as it converts
+        them), :meth:`check_fields` and the put chain's trigger test (:meth:`PutChain.wants`) as the general path
+        makes them, the append from the fields (no header or record object: :meth:`MessageStore.put_one`), the
+        response rendered from a template. A field the header class would refuse or convert (missing, not a
+        number, not text), a batch flag, or a message an interceptor wants returns ``_GENERIC`` before any side
+        effect, and :meth:`send` takes the general path, which decides and answers as before."""
         try:
-            topic = ext["b"]
-            queue_id = int(ext["e"])
-            sys_flag = int(ext["f"])
-            born_timestamp = int(ext["g"])
-            flag = int(ext["h"])
-            int(ext["d"])
-            j = ext.get("j")
-            reconsume_times = 0 if j is None else int(j)
+            group, topic, default_topic, default_nums, queue_id, sys_flag, born_timestamp, flag = _V2_REQUIRED(ext)
+            text, reconsume, max_reconsume, batch = map(ext.get, _V2_OPTIONAL)
+            default_nums = int(default_nums)
+            queue_id = int(queue_id)
+            sys_flag = int(sys_flag)
+            born_timestamp = int(born_timestamp)
+            flag = int(flag)
+            reconsume_times = 0 if reconsume is None else int(reconsume)
+            if max_reconsume is not None:
+                int(max_reconsume)
         except (KeyError, ValueError, TypeError):
             return _GENERIC  # the general path names the field
-        m = ext.get("m")
-        text = ext.get("i")
         if (
-            (m is not None and m != "false")
-            or ext["a"] is None
-            or ext.get("c") is None
+            group is None
+            or type(topic) is not str
+            or type(default_topic) is not str
             or (text is not None and type(text) is not str)
+            or (batch is not None and batch != "false")
         ):
-            return _GENERIC
-        if type(topic) is not str:
             return _GENERIC
         ctx = self.ctx
-        s = ctx.settings
-        if topic not in self._checked_topics:
-            if topic_problem(topic) or topic in NOT_ALLOWED_SEND_TOPICS:
-                return _GENERIC
-            if len(self._checked_topics) >= _MAX_CHECKED_TOPICS:
-                self._checked_topics.clear()
-            self._checked_topics.add(topic)
-        config = ctx.topics.get(topic)
-        if (
-            config is None
-            or s.brokerRole == "SLAVE"
-            or not s.brokerPermission & config.perm & PERM_WRITE
-            or queue_id < 0
-            or (queue_id >= config.write_queue_nums and queue_id >= config.read_queue_nums)
-        ):
-            return _GENERIC
         properties = decode_properties(text) if text else {}
         wait = properties.pop(PROPERTY_WAIT, None) != "false"  # not stored from 4.9.3 on (spec 5.1)
-        properties[PROPERTY_CLUSTER] = s.brokerClusterName
-        chain = self.chain  # chain.applies(record) for the record :meth:`record` would build
-        if (
-            chain.always
-            or not chain.trigger_properties.isdisjoint(properties)
-            or topic.startswith(chain.trigger_topic_prefixes)
-        ):
+        properties[PROPERTY_CLUSTER] = ctx.settings.brokerClusterName
+        if self.chain.wants(topic, properties):  # chain.applies(record) of the record :meth:`record` would build
             return _GENERIC
         born_host = connection.remote_address
+        try:
+            config, queue_id = self.check_fields(topic, queue_id, default_topic, default_nums, born_host)
+        except SendRejected as exc:
+            return request.make_response(exc.code, exc.remark, dict(self.ext_common))
         result = ctx.store.put_one(
             topic, queue_id, request.body_bytes(), flag, properties, encode_properties(properties).encode("utf-8"),
             sys_flag, born_timestamp, born_host, ctx.store_host, reconsume_times,
         )
-        append = result.append
         if result.status is _PUT_OK:
             ctx.put_stats.add(1)
-            ctx.stats.put(topic, 1, append.wrote_bytes)
+            ctx.stats.put(topic, 1, result.append.wrote_bytes)
             if wait and (self.sync_flush or self.sync_master):
                 connection.start_soon(self._answer_when_durable, connection, request, result, queue_id)
                 return None
@@ -378,10 +405,9 @@ class SendProcessor:
     ) -> tuple[PutMessageResult, bool, int]:
         """SEND_BATCH_MESSAGE in bulk: the entries are cut out of the request body (the bodies as views of it) and
         appended with the stored properties built as bytes (the entry's, without WAIT, then the request's and
-        CLUSTER, which win on decoding as later duplicates, like RocketMQ's batch encoder): no dict, no record
-        object per message. A batch an interceptor may want to see (its trigger property in an entry's or the
-        request's properties, or a trigger topic) or that names a delay level takes the per-record path,
-        :meth:`_batch_records`."""
+        CLUSTER, which win on decoding as later duplicates, like RocketMQ's batch encoder) and decoded once for the
+        dispatchers: no record object per message. A batch an interceptor wants to see (:meth:`PutChain.wants` of
+        the topic and every property name of its messages) takes the per-record path, :meth:`_batch_records`."""
         topic = header.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + topic)
@@ -389,87 +415,53 @@ class SendProcessor:
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction messages")
         chain = self.chain
         outer = decode_properties(header.properties) if header.properties else {}
-        if (
-            chain.always
-            or topic.startswith(chain.trigger_topic_prefixes)
-            or not chain.trigger_properties.isdisjoint(outer)
-            or PROPERTY_DELAY in outer
-        ):
+        if chain.wants(topic, outer):
             return self._put_batch_records(header, request, born_host)
         _, queue_id = self.check(header, born_host)
-        body = request.body_bytes()
-        view = memoryview(body)
-        end = len(body)
-        pos = 0
-        parsed = []
-        append = parsed.append
-        head = BATCH_ENTRY_HEAD.unpack_from
-        head_size = BATCH_ENTRY_HEAD.size
-        short = SHORT.unpack_from
         try:
-            while pos < end:
-                size, _magic, _crc, flag, body_len = head(view, pos)
-                p = pos + head_size
-                entry_body = view[p : p + body_len]
-                p += body_len
-                props_len = short(view, p)[0]
-                p += 2
-                props = body[p : p + props_len]
-                p += props_len
-                if size != p - pos or len(entry_body) != body_len or len(props) != props_len or p > end:
-                    raise SendRejected(
-                        ResponseCode.MESSAGE_ILLEGAL,
-                        f"the batch body does not decode: batch entry size {size} does not match its fields (at {pos})",
-                    )
-                append((flag, entry_body, props))
-                pos = p
-        except struct.error as exc:
-            raise SendRejected(
-                ResponseCode.MESSAGE_ILLEGAL, f"the batch body does not decode: short batch entry (at {pos}): {exc}"
-            ) from None
+            parsed = split_batch_body(request.body_bytes())
+        except CorruptRecordError as exc:
+            raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, f"the batch body does not decode: {exc}") from None
         if not parsed:
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "the batch body is empty")
-        every = _PROPERTY_SEPARATOR_BYTES.join([e[2] for e in parsed])
-        if _DELAY_ITEM in every or any(item in every for item in self._trigger_items(chain)):
-            return self._put_batch_records(header, request, born_host)
         wait = outer.get(PROPERTY_WAIT) != "false"
         outer.pop(PROPERTY_WAIT, None)
         outer[PROPERTY_CLUSTER] = self.ctx.settings.brokerClusterName
         suffix = encode_properties(outer).encode("utf-8")
         joined = _PROPERTY_SEPARATOR_BYTES + suffix
-        entries = [
-            (flag, entry_body, (drop_property(props, _WAIT_ITEM) if _WAIT_ITEM in props else props) + joined)
-            if props else (flag, entry_body, suffix)
-            for flag, entry_body, props in parsed
-        ]
+        flags, bodies, sent = zip(*parsed)
+        kept = [drop_property(p, _WAIT_ITEM) if _WAIT_ITEM in p else p for p in sent]
+        stored = [p + joined if p else suffix for p in kept]
+        # what the dispatchers read, and the chain's trigger test sees: the stored properties decoded
+        dicts = decode_properties_each(stored)
+        if chain.wants(topic, set().union(*dicts)):
+            return self._put_batch_records(header, request, born_host, queue_id)
+        entries = list(zip(flags, bodies, stored))
         result = self.ctx.store.put_entries(
             topic, queue_id, entries, header.sys_flag, header.born_timestamp, born_host, self.ctx.store_host,
-            header.reconsume_times or 0,
+            header.reconsume_times or 0, properties=dicts,
         )
         return result, wait, queue_id
 
     def _put_batch_records(
-        self, header: SendMessageRequestHeader, request: RemotingCommand, born_host: tuple[str, int]
+        self, header: SendMessageRequestHeader, request: RemotingCommand, born_host: tuple[str, int],
+        queue_id: int | None = None,
     ) -> tuple[PutMessageResult, bool, int]:
-        records, wait, queue_id = self._batch_records(header, request, born_host)
+        records, wait, queue_id = self._batch_records(header, request, born_host, queue_id)
         return self.ctx.store.put_messages(records), wait, queue_id
 
-    def _trigger_items(self, chain: Any) -> tuple[bytes, ...]:
-        """The interceptors' trigger properties as encoded item starts (``name`` + separator), cached per chain."""
-        cached = self._triggers
-        if cached is None or cached[0] is not chain.trigger_properties:
-            items = tuple((name + NAME_VALUE_SEPARATOR).encode() for name in chain.trigger_properties)
-            cached = self._triggers = (chain.trigger_properties, items)
-        return cached[1]
-
     def _batch_records(
-        self, header: SendMessageRequestHeader, request: RemotingCommand, born_host: tuple[str, int]
+        self, header: SendMessageRequestHeader, request: RemotingCommand, born_host: tuple[str, int],
+        queue_id: int | None = None,
     ) -> tuple[list[MessageRecord], bool, int]:
+        """The records of a batch, each through the put chain when it wants it; ``queue_id``: the queue
+        :meth:`check` already gave this batch (None: checked here)."""
         if header.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + header.topic)
         if header.sys_flag & TRANSACTION_TYPE_MASK:
             raise SendRejected(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction messages")
-        config, queue_id = self.check(header, born_host)
+        if queue_id is None:
+            _, queue_id = self.check(header, born_host)
         try:
             entries: list[BatchEntry] = decode_batch_body(request.body_bytes())
         except CorruptRecordError as exc:

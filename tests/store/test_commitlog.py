@@ -2,7 +2,7 @@ import os
 import struct
 
 from pyrmq.store import MessageRecord, PutMessageStatus, decode_messages
-from pyrmq.store.format import BLANK_MAGIC_CODE
+from pyrmq.store.format import BLANK_MAGIC_CODE, java_string_hash
 
 from .conftest import SEGMENT, read_all, record
 
@@ -73,6 +73,31 @@ def test_batch_rules(store):
     delayed = [MessageRecord("A", 0, b"1", properties={"DELAY": "3"})]
     assert store.put_messages(delayed).status is PutMessageStatus.MESSAGE_ILLEGAL
     assert store.max_phy_offset == 0
+
+
+def test_put_entries_has_the_batch_rules_of_put_messages(store):
+    hosts = (("10.0.0.2", 1), ("10.0.0.1", 2))
+    for props in (b"DELAY\x013", b"TAGS\x01A\x02DELAY\x010"):  # a delay level, even 0, as put_messages says
+        refused = store.put_entries("A", 0, [(0, b"1", b""), (0, b"2", props)], 0, 1, *hosts)
+        assert (refused.status, refused.remark) == (
+            PutMessageStatus.MESSAGE_ILLEGAL, "batch messages cannot have a delay level")
+        records = [MessageRecord("A", 0, b"1"), MessageRecord("A", 0, b"2", properties_bytes=props)]
+        assert (store.put_messages(records).status, store.put_messages(records).remark) == (
+            refused.status, refused.remark)
+    assert store.max_phy_offset == 0
+
+
+def test_both_batch_puts_read_the_tags_as_the_properties_decoder(store):
+    # Java's string2messageProperties: an empty value is no item, a later duplicate wins. The consume queue's tags
+    # code is hashCode of that TAGS on either batch put (put_entries once stored 0 for an empty duplicate)
+    hosts = (("10.0.0.2", 1), ("10.0.0.1", 2))
+    cases = [(b"TAGS\x01A\x02TAGS\x01", "A"), (b"TAGS\x01A\x02TAGS\x01B", "B"), (b"XTAGS\x01C\x02TAGS\x01", None)]
+    assert store.put_entries("T", 0, [(0, b"x", props) for props, _ in cases], 0, 1, *hosts).is_ok
+    assert store.put_messages([MessageRecord("T", 0, b"y", properties_bytes=props) for props, _ in cases]).is_ok
+    queue = store.consume_queues.get("T", 0)
+    expected = [java_string_hash(tags) if tags else 0 for _, tags in cases] * 2
+    assert [queue.get_unit(i)[2] for i in range(6)] == expected
+    assert expected[:2] == [65, 66]
 
 
 def test_limits_are_rejected_with_clear_status_and_nothing_written(config, tmp_path):
