@@ -261,6 +261,14 @@ class PopService:
         state = self.book.states.get(key)
         return max(self.ledger.inflight.get(key, 0), 0) + (state.inflight() if state is not None else 0)
 
+    def popped_queue(self, group: str, topic: str, queue_id: int) -> int | None:
+        """A queue's in-flight messages for ``group`` when this broker pops it for the group, else None (what
+        GET_CONSUME_STATS adds as ``inflight``)."""
+        key = (topic, group, queue_id)
+        if key not in self.offsets.next and key not in self.ledger.inflight and key not in self.book.states:
+            return None
+        return self.inflight(group, topic, queue_id)
+
     def inflight_by_group(self) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}
         for (topic, group, _), n in list(self.ledger.inflight.items()):
