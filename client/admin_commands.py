@@ -211,12 +211,10 @@ def _put_group(args: argparse.Namespace, *, create: bool) -> int:
         known = {g["group"]: g for g in await admin.list_groups()}
         existing = known.get(args.group)
         if create and existing is not None:
-            error(f"admin group create: group {args.group} exists on {', '.join(sorted(existing['brokers']))}: use "
-                  "'pyrmq admin group update' to change it")
-            return EXIT_FAILED
+            return error("admin group create", f"group {args.group} exists on {', '.join(sorted(existing['brokers']))}: "
+                                               "use 'pyrmq admin group update' to change it")
         if not create and existing is None:
-            error(f"admin group update: no broker has group {args.group}: use 'pyrmq admin group create'")
-            return EXIT_FAILED
+            return error("admin group update", f"no broker has group {args.group}: use 'pyrmq admin group create'")
         base = dict(GROUP_DEFAULTS) if create else {k: v for k, v in existing.items() if k not in ("group", "brokers")}
         config = {**base, **_group_changes(args), "groupName": args.group}
         done = await admin.put_group(config, cluster=args.cluster, broker_addr=args.broker)
@@ -245,8 +243,7 @@ def cmd_group_delete(args: argparse.Namespace) -> int:
     async def body(admin: Any) -> int:
         known = {g["group"] for g in await admin.list_groups()}
         if args.group not in known:
-            error(f"admin group delete: no broker has group {args.group}")
-            return EXIT_FAILED
+            return error("admin group delete", f"no broker has group {args.group}")
         done = await admin.delete_group(args.group, cluster=args.cluster, broker_addr=args.broker)
         if args.json:
             _json({"group": args.group, "brokers": done})
