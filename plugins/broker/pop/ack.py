@@ -125,8 +125,8 @@ class AckProcessor:
         ck = pop.ledger.open.get(key)
         if ck is None:
             return 0
-        diffs = set(ck.diffs)
-        pending = [o for o in offsets if o - ck.start_offset in diffs and o in ck.unacked()]
+        in_flight = set(ck.unacked())
+        pending = [o for o in offsets if o in in_flight]
         if not pending:
             return 0
         result = pop.write_ack(ck, pending, batch=batch)
