@@ -33,6 +33,7 @@ from pyrmq.remoting.vocabulary import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
     Permission,
 )
 
@@ -41,7 +42,7 @@ __all__ = ["Admin", "ClusterInfo", "BrokerInfo", "QueueProgress", "SYSTEM_TOPIC_
 #: names the broker creates for itself; ``topic list`` marks them
 SYSTEM_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "rmq_sys_", "RMQ_SYS_")
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY, "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
-                           SCHEDULE_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC"})
+                           SCHEDULE_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
 
 
 def is_system_topic(topic: str, cluster_or_broker_names: Iterable[str] = ()) -> bool:
