@@ -302,3 +302,43 @@ async def test_batch_ack_of_messages_from_several_queues(pop_broker):
     assert (response.code, response.remark) == (ResponseCode.SUCCESS, None)
     assert pop_broker.pop_service.ledger.open == {}
     assert (await c.pop(8, invisible=1000, poll=2500)).code == ResponseCode.POLLING_TIMEOUT  # none comes back
+
+
+async def test_a_waiting_pop_reads_what_the_read_bound_lets_through_when_it_moves(pop_broker):
+    # the store's read bound (automatic failover's confirm offset; here moved by the test, as the replicator does)
+    await pop_broker.topic(TOPIC, 1)
+    store = pop_broker.ctx.store
+    store.set_read_bound(store.commit_log.max_offset)  # nothing sent from here on is confirmed yet
+    await pop_broker.send(TOPIC, ["b0"])
+    c = pop_broker.consumer(GROUP, TOPIC)
+    assert (await c.pop(4, invisible=60_000)).code == ResponseCode.POLLING_TIMEOUT  # there, not readable yet
+    result = {}
+
+    async def wait() -> None:
+        result["answer"] = await c.pop(4, invisible=60_000, poll=20_000)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wait)
+        await wait_for(lambda: pop_broker.pop_service.polling.total == 1, "the pop parked")
+        store.advance_read_bound(store.commit_log.max_offset)
+    assert result["answer"].keys == ["b0"]
+    store.set_read_bound(None)
+
+
+async def test_with_sync_flush_answers_go_out_once_the_records_are_on_disk(start_pop_broker):
+    broker = await start_pop_broker({"broker.flushDiskType": "SYNC_FLUSH"})
+    await broker.topic(TOPIC, 1)
+    await broker.send(TOPIC, ["k0", "k1", "k2"])
+    c = broker.consumer(GROUP, TOPIC)
+    popped = await c.pop(3, invisible=60_000)
+    assert popped.keys == ["k0", "k1", "k2"]
+    store = broker.ctx.store
+    assert store.commit_log.queue.flushed_offset >= broker.pop_service.last_end  # the checkpoint is on disk
+    assert (await consume_stats(broker, GROUP, TOPIC))[0]["consumerOffset"] == 3  # committed once durable
+    for m in popped.messages[:2]:
+        assert (await c.ack(m)).code == ResponseCode.SUCCESS
+    response, _ = await c.change(popped.messages[2], 100)
+    assert response.code == ResponseCode.SUCCESS
+    assert store.commit_log.queue.flushed_offset >= broker.pop_service.last_end
+    back = await c.pop(3, invisible=60_000, poll=10_000)
+    assert back.keys == ["k2"] and back.messages[0].message.reconsume_times == 1
