@@ -115,18 +115,25 @@ class Ledger:
         return None
 
     def take_due(self, now: int, limit: int) -> list[CheckPoint]:
-        """Up to ``limit`` open checkpoints due at ``now`` (they stay open until revived and closed)."""
+        """Up to ``limit`` open checkpoints due at ``now``, earliest buckets first, taken out of the due index: the
+        caller revives each (closing it) or puts it back with :meth:`reschedule`."""
         out: list[CheckPoint] = []
         heap, buckets = self._bucket_heap, self._buckets
-        for b in sorted(b for b in heap if b * BUCKET_MS <= now):
+        while heap and heap[0] * BUCKET_MS <= now and len(out) < limit:
+            b = heap[0]
             bucket = buckets.get(b)
-            if not bucket:
-                continue
-            for ck in bucket.values():
-                if ck.due <= now:
-                    out.append(ck)
-                    if len(out) >= limit:
-                        return out
+            if bucket:
+                later: dict[CheckPointKey, CheckPoint] = {}
+                for key, ck in bucket.items():
+                    if ck.due <= now and len(out) < limit:
+                        out.append(ck)
+                    else:
+                        later[key] = ck
+                if later:  # not due yet (the bucket's end lies ahead), or the limit was reached
+                    buckets[b] = later
+                    break
+            heapq.heappop(heap)
+            buckets.pop(b, None)
         return out
 
     def reschedule(self, ck: CheckPoint, due: int) -> None:
@@ -134,6 +141,8 @@ class Ledger:
         bucket = self._buckets.get(ck.due // BUCKET_MS)
         if bucket is not None:
             bucket.pop(ck.key, None)
+        if ck.closed:
+            return
         ck.invisible_time = due - ck.pop_time
         b = due // BUCKET_MS
         bucket = self._buckets.get(b)

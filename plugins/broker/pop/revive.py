@@ -126,7 +126,12 @@ class ReviveService:
         """Revive up to REVIVE_BATCH due checkpoints; True when more may be due."""
         due = self.pop.ledger.take_due(now, REVIVE_BATCH)
         for ck in due:
-            self.revive(ck, now)
+            try:
+                self.revive(ck, now)
+            except Exception:  # never lose a checkpoint: it is tried again
+                log.exception("revive of %s@%s queue %d failed; trying again in %d ms", ck.group, ck.topic,
+                              ck.queue_id, RETRY_AFTER_MS)
+                self.pop.ledger.reschedule(ck, now + RETRY_AFTER_MS)
         return len(due) >= REVIVE_BATCH
 
     def revive(self, ck: CheckPoint, now: int) -> None:

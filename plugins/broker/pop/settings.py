@@ -30,7 +30,7 @@ class PopSettings:
         True, help="a group popping a queue first with initMode MAX starts at offset 0 when the queue's first message "
                    "is still in memory")
     enablePopMessageThreshold: bool = setting(
-        False, help="stop popping a queue while popPollingInflightMessageThreshold messages of it are in flight")
+        False, help="stop popping a queue while more than popInflightMessageThreshold messages of it are in flight")
     popInflightMessageThreshold: int = setting(
         10_000, check=at_least(1), help="in-flight messages per topic@group@queueId that stop popping, when enabled")
     enableNotifyAfterPopOrderLockRelease: bool = setting(
