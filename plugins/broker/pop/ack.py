@@ -243,9 +243,13 @@ class AckProcessor:
                 handle: ReceiptHandle) -> tuple[ChangeInvisibleTimeResponseHeader, int]:
         pop = self.pop
         now = now_ms()
+        key = (h.topic, h.consumer_group, h.queue_id, handle.ck_queue_offset, handle.pop_time)
+        # the new checkpoint's key (its message's offset and now) must not be an open one's: a change in the same
+        # millisecond as the pop of a batch starting at that message would name the old checkpoint
+        while (h.topic, h.consumer_group, h.queue_id, h.offset, now) in pop.ledger.open:
+            now += 1
         answer = ChangeInvisibleTimeResponseHeader(pop_time=now, invisible_time=h.invisible_time,
                                                    revive_qid=handle.revive_qid)
-        key = (h.topic, h.consumer_group, h.queue_id, handle.ck_queue_offset, handle.pop_time)
         old = pop.ledger.open.get(key)
         if old is None or h.offset not in old.unacked():
             # acked or revived already: nothing is in flight under this handle (5.x would add a checkpoint anyway)

@@ -6,11 +6,13 @@ queue from its first live record (the ``rof`` record), which compaction keeps ne
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 import trio
 
 from pyrmq.remoting.codes import RequestCode, ResponseCode
@@ -182,10 +184,11 @@ def snapshot(pop) -> dict:
     }
 
 
-async def test_recovery_rebuilds_exactly_the_state_a_random_workload_left(start_pop_broker, tmp_path):
-    import random
-
-    rng = random.Random(26)
+@pytest.mark.parametrize("seed, revives", [(26, False), (7, False), (1234, False), (5, True), (99, True)])
+async def test_recovery_rebuilds_exactly_the_state_a_random_workload_left(start_pop_broker, tmp_path, seed, revives):
+    """``revives``: some pops are invisible for 200 ms only, so revived copies and their retry topic are in the mix
+    (all revived before the restart)."""
+    rng = random.Random(seed)
     settings = {"broker.storePathRootDir": str(tmp_path / "pop-store"), "broker.reviveQueueNum": 3}
     a = await start_pop_broker(settings)
     await a.topic(TOPIC, 3)
@@ -203,7 +206,10 @@ async def test_recovery_rebuilds_exactly_the_state_a_random_workload_left(start_
             n += 1
         elif roll < 0.6:
             c = rng.choice(consumers)
-            held[id(c)] += (await c.pop(rng.randrange(1, 5), invisible=120_000)).messages
+            invisible = 200 if revives and rng.random() < 0.3 and c is not consumers[2] else 120_000
+            held[id(c)] += (await c.pop(rng.randrange(1, 5), invisible=invisible)).messages
+            if revives and rng.random() < 0.2:
+                await trio.sleep(0.05)
         elif roll < 0.85:
             c = rng.choice(consumers)
             if held[id(c)]:
@@ -217,6 +223,10 @@ async def test_recovery_rebuilds_exactly_the_state_a_random_workload_left(start_
                 assert response.code == ResponseCode.SUCCESS
         else:
             a.pop_service.revive.housekeeping()
+    if revives:  # every short invisible time over and revived
+        await wait_for(lambda: all(ck.due > time.time() * 1000 + 60_000 for ck in a.pop_service.ledger.open.values()),
+                       "the short checkpoints revived")
+        assert a.pop_service.revive.revived_checkpoints > 0
     before = snapshot(a.pop_service)
     assert before["open"] and before["fifo"]
     a.kernel.request_stop()
