@@ -256,7 +256,8 @@ class AckProcessor:
             return answer, 0
         revive_qid = handle.revive_qid if 0 <= handle.revive_qid < pop.settings.reviveQueueNum else old.revive_qid
         ck = CheckPoint(h.topic, h.consumer_group, h.queue_id, h.offset, now, h.invisible_time, [0],
-                        handle.broker_name or self.ctx.settings.brokerName, revive_qid, suspend=h.suspend)
+                        handle.broker_name or self.ctx.settings.brokerName, revive_qid, suspend=h.suspend,
+                        gen=pop.offsets.gen.get((h.topic, h.consumer_group, h.queue_id), 0))
         status = pop.write_checkpoint(ck)
         if status is not PutMessageStatus.PUT_OK:
             raise Refused(ResponseCode.SYSTEM_ERROR, f"the new checkpoint was not stored: {status.name}")

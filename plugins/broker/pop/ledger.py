@@ -32,7 +32,8 @@ class Ledger:
         #: bucket (due // BUCKET_MS) -> its open checkpoints; ``_bucket_heap`` the bucket numbers (lazily pruned)
         self._buckets: dict[int, dict[CheckPointKey, CheckPoint]] = {}
         self._bucket_heap: list[int] = []
-        #: per queue: the checkpoint with the highest next offset (what recovery reads the pop offset from)
+        #: per queue: the checkpoint with the highest next offset of the newest reset generation (what recovery reads
+        #: the pop offset from)
         self.holders: dict[QueueKey, CheckPoint] = {}
         #: revive queue -> queue offset of a live record -> the record; insertion order is offset order (appends only
         #: grow a queue; compaction moves a record to the end), so the first key is the first live offset
@@ -57,7 +58,7 @@ class Ledger:
         else:
             ck.closed = True
         holder = self.holders.get(ck.queue_key)
-        if holder is None or ck.next_offset >= holder.next_offset:
+        if holder is None or (ck.gen, ck.next_offset) >= (holder.gen, holder.next_offset):
             if holder is not None and holder is not ck:
                 holder.holder = False
                 if holder.closed:

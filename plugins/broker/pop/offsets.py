@@ -46,6 +46,8 @@ class PopOffsets:
         self.next: dict[QueueKey, int] = {}
         #: what this broker last committed per queue: a different committed offset was set by someone else
         self.committed: dict[QueueKey, int] = {}
+        #: per queue: admin resets so far (the generation every checkpoint of the queue carries, from its reset on)
+        self.gen: dict[QueueKey, int] = {}
 
     def get(self, key: QueueKey, init_mode: int) -> int:
         topic, group, queue_id = key
@@ -53,9 +55,8 @@ class PopOffsets:
         table = offsets.query(group, topic, queue_id)
         mine = self.committed.get(key)
         if mine is not None and table != mine and table >= 0:
-            # reset by an admin: the next pop starts there (a FIFO queue's batch is forgotten)
-            self.committed[key] = self.next[key] = table
-            self.on_reset(key)
+            # set by someone else (an admin reset the listener did not see): the next pop starts there
+            self.adopt(key, table)
             return table
         found = self.next.get(key)
         if found is not None:
@@ -104,11 +105,19 @@ class PopOffsets:
         if offset > self.committed.get(key, -1):
             self.commit(key, offset)
 
-    def restore(self, key: QueueKey, offset: int) -> None:
-        """Recovery: the queue's pop offset read back from the log (only ever raises what the table says)."""
+    def adopt(self, key: QueueKey, offset: int) -> None:
+        """An admin reset of the queue to ``offset``: the next pop starts there; a new generation begins (the POP
+        service writes it down: :meth:`PopService._offset_reset`)."""
+        self.committed[key] = self.next[key] = offset
+        self.gen[key] = self.gen.get(key, 0) + 1
+        self.on_reset(key)
+
+    def restore(self, key: QueueKey, offset: int, *, exact: bool = False) -> None:
+        """Recovery: the queue's pop offset read back from the log. It only ever raises what the table says, unless
+        ``exact`` (the log holds an admin reset, or a FIFO queue's committed offset: the log is the newer word)."""
         topic, group, queue_id = key
         table = self.ctx.offsets.query(group, topic, queue_id)
-        if offset > table:
+        if offset > table or (exact and offset != table):
             self.commit(key, offset)
             table = offset
         self.next[key] = table
@@ -117,3 +126,4 @@ class PopOffsets:
     def reset(self) -> None:
         self.next.clear()
         self.committed.clear()
+        self.gen.clear()

@@ -19,7 +19,7 @@ from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import MetricCollector, Processor, RoleChange, StoreDispatcher
 from pyrmq.plugins.broker.pop.ack import AckProcessor
 from pyrmq.plugins.broker.pop.fifo import OrderBook, OrderState
-from pyrmq.plugins.broker.pop.journal import Journal
+from pyrmq.plugins.broker.pop.journal import Journal, now_ms
 from pyrmq.plugins.broker.pop.ledger import Ledger, LiveRecord
 from pyrmq.plugins.broker.pop.names import ACK_TAG, BATCH_ACK_TAG, CK_TAG, ORDER_TAG, revive_topic
 from pyrmq.plugins.broker.pop.notification import NotificationProcessor, notification_error
@@ -77,6 +77,7 @@ class PopService:
         self._loaded_term = 0
         self._master = trio.Event()
         self._scope: trio.CancelScope | None = None
+        ctx.offsets.reset_listeners.append(self._admin_reset)
 
     # -- role ------------------------------------------------------------------------------------------------------
 
@@ -204,13 +205,35 @@ class PopService:
         return True
 
     def _offset_reset(self, key: QueueKey) -> None:
-        """An admin moved a queue's committed offset: a FIFO queue's batch is forgotten (durably), open
-        checkpoints stay (their messages come back or are acked as before)."""
+        """A queue's committed offset was reset (an admin): written down, so that a restart or a promoted replica
+        starts there too. A FIFO queue's batch is forgotten (a cleared state); otherwise a checkpoint without
+        messages of the queue's next generation holds the offset. Open checkpoints stay: their messages come back or
+        are acked as before."""
+        if not self.is_master():
+            return
+        offset = self.offsets.next.get(key, 0)
         state = self.book.clear(key)
         if state is not None:
-            cleared = OrderState(key[0], key[1], key[2], 0, 0, [], committed=self.offsets.next.get(key, 0))
+            cleared = OrderState(key[0], key[1], key[2], 0, 0, [], committed=offset)
             self.book.states[key] = cleared
             self.write_order(cleared, replaces=state)
+            return
+        topic, group, queue_id = key
+        qid = queue_id % self.settings.reviveQueueNum
+        mark = CheckPoint(topic, group, queue_id, offset, now_ms(), 0, [], self.ctx.settings.brokerName, qid,
+                          gen=self.offsets.gen.get(key, 0))
+        self.write_checkpoint(mark)
+
+    def _admin_reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """ConsumerOffsetManager's reset listener (INVOKE_BROKER_TO_RESET_OFFSET): the queues this broker pops for
+        the group move at once."""
+        if not self.is_master():
+            return
+        self.ensure_ready()
+        for queue_id, offset in offsets.items():
+            key = (topic, group, queue_id)
+            if key in self.offsets.next or key in self.ledger.holders or key in self.book.states:
+                self.offsets.adopt(key, offset)
 
     # -- answers -----------------------------------------------------------------------------------------------------
 

@@ -338,7 +338,8 @@ class PopMessageProcessor:
                 pop.offsets.set(key, offset)
             else:
                 ck = CheckPoint(topic, group, queue_id, offset, answer.pop_time, h.invisible_time,
-                                [o - offset for o in offsets], ctx.settings.brokerName, answer.revive_qid)
+                                [o - offset for o in offsets], ctx.settings.brokerName, answer.revive_qid,
+                                gen=pop.offsets.gen.get(key, 0))
                 written = pop.write_checkpoint(ck)
                 if written is not PutMessageStatus.PUT_OK:
                     answer.rest += result.max_offset - offset

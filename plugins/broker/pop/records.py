@@ -4,7 +4,8 @@
 field names (short JSON names, alphabetical, as fastjson2 writes them), so a Java tool reading the revive topic
 understands them. pyrmq differences: a checkpoint's ``bm`` carries the bits acked before it was written (a
 checkpoint re-written by compaction; 5.x always writes 0), and a checkpoint with ``n`` 0 (5.x's "mock" checkpoint)
-holds only the next pop offset of a queue. ``ord`` holds a FIFO queue's order state (5.x's ``OrderInfo`` names plus
+holds only the next pop offset of a queue, and ``rg`` the queue's reset generation (an admin reset of a POP group's
+offset writes a checkpoint of the next generation). ``ord`` holds a FIFO queue's order state (5.x's ``OrderInfo`` names plus
 ``t``, ``c``, ``q`` and ``co``, the committed offset) and ``rof`` the first live offset of a revive queue.
 """
 
@@ -48,6 +49,9 @@ class CheckPoint:
     #: queue offset of this checkpoint's newest record in its revive queue (-1: not written yet)
     ro: int = -1
     re_put: int = 0
+    #: the queue's reset generation when written (an admin reset writes a checkpoint of the next one): the queue's
+    #: pop offset is the highest next offset of its newest generation
+    gen: int = 0
     #: every message acked or revived: nothing left to do
     closed: bool = False
     #: its ``next_offset`` is the highest of its queue: kept live (re-written by compaction) so that recovery finds
@@ -104,9 +108,10 @@ class CheckPoint:
     def to_json(self) -> bytes:
         """5.5.0's PopCheckPoint JSON (``bm``: the bits acked so far)."""
         rp = f',"rp":"{self.re_put}"' if self.re_put else ""
+        rg = f',"rg":{self.gen}' if self.gen else ""
         return (f'{{"bm":{self.acked},"bn":{_js(self.broker_name)},"c":{_js(self.group)},"d":[{",".join(map(str, self.diffs))}],'
                 f'"it":{self.invisible_time},"n":{len(self.diffs)},"pt":{self.pop_time},"q":{self.queue_id},'
-                f'"reviveTime":{self.pop_time + self.invisible_time},"ro":0{rp},"so":{self.start_offset},'
+                f'"reviveTime":{self.pop_time + self.invisible_time}{rg},"ro":0{rp},"so":{self.start_offset},'
                 f'"sp":{"true" if self.suspend else "false"},"t":{_js(self.topic)}}}').encode()
 
     @classmethod
@@ -120,7 +125,7 @@ class CheckPoint:
             topic=str(doc["t"]), group=str(doc["c"]), queue_id=int(doc["q"]), start_offset=so,
             pop_time=int(doc["pt"]), invisible_time=int(doc["it"]), diffs=diffs, broker_name=str(doc.get("bn") or ""),
             revive_qid=revive_qid, suspend=bool(doc.get("sp")), acked=int(doc.get("bm") or 0), ro=ro,
-            re_put=int(doc.get("rp") or 0),
+            re_put=int(doc.get("rp") or 0), gen=int(doc.get("rg") or 0),
         )
 
 

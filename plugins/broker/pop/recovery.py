@@ -11,8 +11,9 @@ queue's start when it has none) and goes to its end:
 * ``rof``: skipped (what the start was chosen by).
 
 Then every checkpoint with an unacked message is open again (revived at its due time, at once when it is past), the
-highest next offset of each queue's checkpoints becomes its pop offset unless the committed offset is higher, and each
-FIFO state is restored with its committed offset. An acked message is never popped again (its checkpoint, and so its
+highest next offset of each queue's checkpoints becomes its pop offset unless the committed offset is higher (after an
+admin reset, the highest of the reset's generation, whatever the table says), and each FIFO state is restored with its
+committed offset. An acked message is never popped again (its checkpoint, and so its
 queue's pop offset, are in the log before the ack's answer went out) and every unacked one comes back after its
 invisible time (its checkpoint is open again). 5.x keeps the pop offset in consumerOffset.json, flushed every 5 s,
 and after a kill -9 pops again what was acked since (docs/decisions.md).
@@ -155,11 +156,12 @@ class Recovery:
                 ledger.add(ck)
                 pop.revive.note_due(ck.due)
         for key, holder in ledger.holders.items():
-            pop.offsets.restore(key, holder.next_offset)
+            pop.offsets.gen[key] = holder.gen
+            pop.offsets.restore(key, holder.next_offset, exact=holder.gen > 0)
         for key, (_, state) in self._orders.items():
             pop.book.states[key] = state
             ledger.set_order(state, None)
-            pop.offsets.restore(key, state.committed)
+            pop.offsets.restore(key, state.committed, exact=True)
             pop.revive.watch_order(state)
         for qid, start in self.starts.items():
             pop.revive.written_first[qid] = start

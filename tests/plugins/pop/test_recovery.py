@@ -15,6 +15,7 @@ import time
 import pytest
 import trio
 
+from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 
@@ -238,3 +239,31 @@ async def test_recovery_rebuilds_exactly_the_state_a_random_workload_left(start_
     assert after["open"] == before["open"]
     assert {k: v for k, v in after["offsets"].items() if k in before["offsets"]} == before["offsets"]
     assert after["fifo"] == before["fifo"]
+
+
+async def test_an_admin_reset_of_a_pop_group_applies_at_once_and_survives_a_restart(start_pop_broker, tmp_path):
+    settings = {"broker.storePathRootDir": str(tmp_path / "pop-store")}
+    a = await start_pop_broker(settings)
+    await a.topic(TOPIC, 1)
+    await a.send(TOPIC, [f"k{i}" for i in range(10)])
+    c = a.consumer(GROUP, TOPIC)
+    assert len(await drain(c, quiet_ms=300)) == 10
+    # INVOKE_BROKER_TO_RESET_OFFSET to the start (pyrmq admin offset reset, mqadmin resetOffsetByTime)
+    response = await a.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                               {"topic": TOPIC, "group": GROUP, "timestamp": 0, "isForce": "true"})
+    assert response.code == ResponseCode.SUCCESS
+    again = await c.pop(4, invisible=60_000)
+    assert again.keys == ["k0", "k1", "k2", "k3"]  # consumed again from the start
+    for m in again.messages:
+        await c.ack(m)
+    a.kernel.request_stop()
+    await wait_for(lambda: a.kernel.nursery is None, "the broker stopped")
+    # as after a kill -9 before consumerOffset.json was written again (every 5 s): it still says 10
+    offsets_file = tmp_path / "pop-store" / "config" / "consumerOffset.json"
+    document = fastjson.loads(offsets_file.read_bytes())
+    assert document["offsetTable"][f"{TOPIC}@{GROUP}"] == {"0": 4}
+    document["offsetTable"][f"{TOPIC}@{GROUP}"] = {"0": 10}
+    offsets_file.write_bytes(fastjson.dumps(document, style=fastjson.FASTJSON))
+    b = await start_pop_broker(settings)
+    c = b.consumer(GROUP, TOPIC)
+    assert [m.key for m in await drain(c, quiet_ms=300)] == [f"k{i}" for i in range(4, 10)]  # the reset held
