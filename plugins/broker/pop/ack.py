@@ -27,6 +27,7 @@ from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError
 from pyrmq.remoting.pop import (
+    POP_ORDER_REVIVE_QUEUE,
     AckMessageRequestHeader,
     ChangeInvisibleTimeRequestHeader,
     ChangeInvisibleTimeResponseHeader,
@@ -44,6 +45,7 @@ log = logging.getLogger("pyrmq.pop")
 
 #: what 5.x's ``createResponseCommand(Class)`` leaves in the remark when a processor sets none
 NOT_SET = "not set any response code"
+RETRY_PREFIX = "%RETRY%"
 
 
 class Refused(Exception):
@@ -87,6 +89,19 @@ class AckProcessor:
             raise Refused(ResponseCode.NO_MESSAGE,
                           f"offset is illegal, key:{topic}@{queue_id}, commit:{offset}, store:{low}~{high}")
 
+    def _stored_topic(self, topic: str, group: str) -> str:
+        """The topic an ack names, as stored: a POP retry topic named the other way (``%RETRY%<group>+<topic>`` for
+        ``%RETRY%<group>_<topic>``, or back; clients derive the name from the handle's retry flag and their own
+        settings) is the one that exists."""
+        if self.ctx.topics.get(topic) is not None:
+            return topic
+        prefix = RETRY_PREFIX + group
+        if topic.startswith(prefix) and len(topic) > len(prefix) and topic[len(prefix)] in "_+":
+            other = prefix + ("_" if topic[len(prefix)] == "+" else "+") + topic[len(prefix) + 1:]
+            if self.ctx.topics.get(other) is not None:
+                return other
+        return topic
+
     @staticmethod
     def _handle(text: str) -> ReceiptHandle:
         try:
@@ -105,6 +120,7 @@ class AckProcessor:
         refusal = pop.refuse_unless_master(request, _plain_error)
         if refusal is not None:
             return refusal
+        h.topic = self._stored_topic(h.topic, h.consumer_group)
         try:
             self._check_queue(connection, h.topic, h.queue_id, h.offset, change=False)
             handle = self._handle(h.extra_info)
@@ -195,13 +211,13 @@ class AckProcessor:
         commits: list[tuple[QueueKey, int]] = []
         try:
             for b in acks:
-                topic = real_topic(b.topic, b.consumer_group, b.retry)
+                topic = self._stored_topic(real_topic(b.topic, b.consumer_group, b.retry), b.consumer_group)
                 low = store.get_min_offset_in_queue(topic, b.queue_id)
                 high = store.get_max_offset_in_queue(topic, b.queue_id)
                 offsets = [o for o in b.offsets if low <= o <= high]
                 if not offsets:
                     continue
-                if b.revive_queue_id == 999:
+                if b.revive_queue_id == POP_ORDER_REVIVE_QUEUE:
                     for offset in offsets:
                         end = max(end, self._ack_orderly(connection, topic, b.consumer_group, b.queue_id, offset,
                                                          b.pop_time, commits))
@@ -224,6 +240,7 @@ class AckProcessor:
         if refusal is not None:
             return refusal
         zero = ChangeInvisibleTimeResponseHeader(0, 0, 0).to_ext_fields()
+        h.topic = self._stored_topic(h.topic, h.consumer_group)
         try:
             self._check_queue(connection, h.topic, h.queue_id, h.offset, change=True)
             handle = self._handle(h.extra_info)

@@ -38,7 +38,8 @@ async def test_a_fifo_queue_is_blocked_until_its_batch_is_acked_or_visible_again
     assert again.keys == ["f0", "f1"] and again.ext["orderCountInfo"] == "0 0 0"
 
     # visible again after its invisible time: the same messages, one more attempt each
-    back = await c.pop(2, invisible=60_000, order=True, attempt_id="a3", poll=15_000)
+    with trio.fail_after(30):  # woken when the batch is visible again, long before the 120 s poll time
+        back = await c.pop(2, invisible=60_000, order=True, attempt_id="a3", poll=120_000)
     assert back.keys == ["f0", "f1"] and int(back.ext["popTime"]) >= int(a1.ext["popTime"]) + 1500
     assert back.ext["orderCountInfo"] == "0 qo0%0 1;0 qo0%1 1;0 0 1"
     assert [m.reconsume_times for m in back.messages] == [1, 1]

@@ -88,7 +88,8 @@ async def test_an_unacked_message_comes_back_after_its_invisible_time_from_the_r
 
     # invisible: another pop gets nothing
     assert (await c.pop(2, invisible=1000)).code == ResponseCode.POLLING_TIMEOUT
-    again = await c.pop(2, invisible=1000, poll=15_000)
+    with trio.fail_after(30):  # woken when the message is revived, long before the pop's 120 s poll time
+        again = await c.pop(2, invisible=1000, poll=120_000)
     assert again.code == ResponseCode.SUCCESS and again.keys == ["k0"]
     assert int(again.ext["popTime"]) >= popped_at + 1000  # never before its invisible time ended
     back = again.messages[0]
@@ -103,7 +104,8 @@ async def test_an_unacked_message_comes_back_after_its_invisible_time_from_the_r
     assert pop_broker.ctx.topics.get("%RETRY%GPOP_PopT") is not None
 
     # not acked again: a third delivery, attempts counted on
-    third = await c.pop(2, invisible=1000, poll=15_000)
+    with trio.fail_after(30):
+        third = await c.pop(2, invisible=1000, poll=120_000)
     assert third.keys == ["k0"] and third.messages[0].message.reconsume_times == 2
     assert third.messages[0].message.properties[PROPERTY_FIRST_POP_TIME] == str(popped_at)
     ack = await c.ack(third.messages[0])
@@ -125,9 +127,10 @@ async def test_change_invisible_time_moves_the_return_and_suspend_keeps_the_coun
     assert changed.handle.ck_queue_offset == 0 and changed.handle.pop_time == int(response.ext_fields["popTime"])
     _, suspended = await c.change(first.messages[1], 300, suspend=True)
 
-    back = await c.pop(2, invisible=60_000, poll=15_000)
-    if len(back.messages) < 2:
-        back.messages += (await c.pop(2, invisible=60_000, poll=15_000)).messages
+    with trio.fail_after(30):  # woken by the revives, long before the 120 s poll time
+        back = await c.pop(2, invisible=60_000, poll=120_000)
+        if len(back.messages) < 2:
+            back.messages += (await c.pop(2, invisible=60_000, poll=120_000)).messages
     counts = {m.key: m.message.reconsume_times for m in back.messages}
     assert counts == {"k0": 1, "k1": 0}  # suspend: back without an attempt counted (the proxy's nack)
     for m in back.messages:
@@ -342,3 +345,18 @@ async def test_with_sync_flush_answers_go_out_once_the_records_are_on_disk(start
     assert store.commit_log.queue.flushed_offset >= broker.pop_service.last_end
     back = await c.pop(3, invisible=60_000, poll=10_000)
     assert back.keys == ["k2"] and back.messages[0].message.reconsume_times == 1
+
+
+async def test_an_ack_naming_the_retry_topic_the_v2_way_is_taken(pop_broker):
+    # the broker names POP retry topics %RETRY%<group>_<topic> (5.x's default); a client set for the v2 naming
+    # derives %RETRY%<group>+<topic> from a retry flag: the ack is taken all the same
+    await pop_broker.topic(TOPIC, 1)
+    await pop_broker.send(TOPIC, ["k0"])
+    c = pop_broker.consumer(GROUP, TOPIC)
+    await c.pop(1, invisible=300)
+    with trio.fail_after(30):
+        back = (await c.pop(1, invisible=300, poll=120_000)).messages[0]
+    assert back.real_topic == "%RETRY%GPOP_PopT"
+    ack = await c.ack(back, topic="%RETRY%GPOP+PopT")
+    assert ack.code == ResponseCode.SUCCESS
+    assert pop_broker.pop_service.ledger.open == {}  # acked: nothing in flight, it does not come back
