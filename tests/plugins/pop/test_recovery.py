@@ -169,6 +169,8 @@ async def test_after_a_kill_9_every_unacked_message_comes_back_and_no_acked_one(
         assert set(keys_back) == unacked | never and not set(keys_back) & acked
         revived = [m for m in got if m.key in unacked]
         assert all(m.message.reconsume_times == 1 for m in revived)
+        popped_at = {m.key: m.handle.pop_time for m in popped}
+        assert all(m.handle.pop_time >= popped_at[m.key] + 5000 for m in revived)  # not before its invisible time
         assert all(int(m.message.properties["1ST_POP_TIME"]) <= killed_at for m in revived)
         changed_back = next(m for m in got if m.key == changed.key)
         assert int(changed_back.handle.pop_time) >= changed.handle.pop_time + 8000  # its changed invisible time held
