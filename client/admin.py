@@ -37,7 +37,7 @@ from pyrmq.remoting.vocabulary import (
     Permission,
 )
 
-__all__ = ["Admin", "ClusterInfo", "BrokerInfo", "QueueProgress", "SYSTEM_TOPIC_PREFIXES"]
+__all__ = ["Admin", "ClusterInfo", "BrokerInfo", "QueueProgress", "SYSTEM_TOPIC_PREFIXES", "GROUP_DEFAULTS"]
 
 #: names the broker creates for itself; ``topic list`` marks them
 SYSTEM_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "rmq_sys_", "RMQ_SYS_")
@@ -101,10 +101,20 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int
+    #: messages popped by a POP group and neither acked nor revived (pyrmq's ``inflight``; 0 for other groups)
+    inflight: int = 0
 
     @property
     def lag(self) -> int:
         return max(self.broker_offset - self.consumer_offset, 0)
+
+
+#: a new subscription group's settings (SubscriptionGroupConfig's defaults, RocketMQ's JSON names)
+GROUP_DEFAULTS: dict[str, Any] = {
+    "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True, "consumeMessageOrderly": False,
+    "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+    "notifyConsumerIdsChangedEnable": True,
+}
 
 
 class Admin(ClientService):
@@ -284,7 +294,8 @@ class Admin(ClientService):
             for key, value in table.items():
                 mq = MessageQueue.from_json(key)
                 rows.append(QueueProgress(mq.topic, mq.broker_name, mq.queue_id, int(value.get("brokerOffset", 0)),
-                                          int(value.get("consumerOffset", 0)), int(value.get("lastTimestamp", 0))))
+                                          int(value.get("consumerOffset", 0)), int(value.get("lastTimestamp", 0)),
+                                          int(value.get("inflight", 0))))
         return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
 
     async def reset_offset(self, group: str, topic: str, timestamp_ms: int, *, force: bool = True) -> dict[MessageQueue, int]:
@@ -318,6 +329,28 @@ class Admin(ClientService):
                 entry = groups.setdefault(str(group), {"group": str(group), "brokers": [], **dict(config)})
                 entry["brokers"].append(name)
         return [groups[g] for g in sorted(groups)]
+
+    async def put_group(self, config: dict[str, Any], *, cluster: str | None = None,
+                        broker_addr: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) on every master of ``cluster`` (default: every cluster) or one
+        broker: ``config`` is a SubscriptionGroupConfig in RocketMQ's JSON names (``groupName``,
+        ``consumeMessageOrderly``, ``retryMaxTimes``, ...; :data:`GROUP_DEFAULTS` for the rest). Returns the brokers
+        updated. What mqadmin updateSubGroup does."""
+        self._check_started()
+        group = check_name("consumer group", str(config.get("groupName") or ""))
+        body = fastjson.dumps({**GROUP_DEFAULTS, **config, "groupName": group})
+        done = []
+        for name, addr in await self._masters(cluster, broker_addr):
+            await self._broker(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+            done.append(name or addr)
+        return done
+
+    async def delete_group(self, group: str, *, cluster: str | None = None, broker_addr: str | None = None) -> list[str]:
+        """DELETE_SUBSCRIPTIONGROUP (207) on every master of ``cluster`` (default: every cluster) or one broker;
+        returns the brokers asked (mqadmin deleteSubGroup)."""
+        self._check_started()
+        return await self._on_masters(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "cleanOffset": "false"},
+                                      cluster, broker_addr)
 
     async def _per_master(self, code: int, ext: dict[str, Any], missing: Iterable[int]) -> list[tuple[str, Any]]:
         """``(broker name, decoded body)`` of one request on every master; brokers answering a code in ``missing``

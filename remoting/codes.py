@@ -1,7 +1,11 @@
-"""Numbers of the RocketMQ 4.x remoting protocol (spec sections 1.3, 1.5, 1.7, 2.1, 2.2).
+"""Numbers of the RocketMQ 4.x remoting protocol (spec sections 1.3, 1.5, 1.7, 2.1, 2.2), and the 5.x codes pyrmq
+serves (POP consumption: docs/pop.md).
 
 RequestCode lists every code of ``CP/RequestCode.java`` at rocketmq-all-4.9.8 (a superset of the codes the spec
-tables name); ResponseCode merges ``RemotingSysResponseCode`` (0-4) and ``CP/ResponseCode.java``.
+tables name) plus the POP codes of 5.5.0's ``RequestCode.java``; ResponseCode merges ``RemotingSysResponseCode``
+(0-4) and ``CP/ResponseCode.java`` with the 5.x answers POP uses. 5.x gave 209 and 210 (4.9.8's ACL 1.0 failures)
+to POLLING_FULL and POLLING_TIMEOUT: the 5.x names are the members, the 4.9.8 names stay as aliases of the same
+numbers (tests/data/wire_codes.json records both releases).
 """
 
 from __future__ import annotations
@@ -122,6 +126,14 @@ class RequestCode(enum.IntEnum):
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
+    # RocketMQ 5.x: POP consumption (broker plugins/broker/pop/, wire remoting/pop.py)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    PEEK_MESSAGE = 200052
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    NOTIFICATION = 200054
+    POLLING_INFO = 200055
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(enum.IntEnum):
@@ -149,6 +161,7 @@ class ResponseCode(enum.IntEnum):
     SUBSCRIPTION_GROUP_NOT_EXIST = 26
     FILTER_DATA_NOT_EXIST = 27
     FILTER_DATA_NOT_LATEST = 28
+    INVALID_PARAMETER = 29  # 5.x
     TRANSACTION_SHOULD_COMMIT = 200
     TRANSACTION_SHOULD_ROLLBACK = 201
     TRANSACTION_STATE_UNKNOW = 202
@@ -158,6 +171,8 @@ class ResponseCode(enum.IntEnum):
     CONSUMER_NOT_ONLINE = 206
     CONSUME_MSG_TIMEOUT = 207
     NO_MESSAGE = 208
+    POLLING_FULL = 209  # 5.x (4.9.8: UPDATE_AND_CREATE_ACL_CONFIG_FAILED, an alias below)
+    POLLING_TIMEOUT = 210  # 5.x (4.9.8: DELETE_ACL_CONFIG_FAILED, an alias below)
     UPDATE_AND_CREATE_ACL_CONFIG_FAILED = 209
     DELETE_ACL_CONFIG_FAILED = 210
     UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED = 211

@@ -31,6 +31,7 @@ ROOMS = {
     "timer": "plugins/broker/timer",
     "delay levels": "plugins/broker/delay_levels",
     "retry and DLQ": "plugins/broker/retry_dlq.py",
+    "POP": "plugins/broker/pop",
     "replication": "plugins/broker/ha",
     "automatic failover": "plugins/broker/failover",
     "access control": "plugins/broker/acl",

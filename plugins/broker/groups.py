@@ -39,6 +39,9 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    #: a FIFO group (5.x): its POP consumers get a queue's next messages only once the last batch is acked or visible
+    #: again (plugins/broker/pop/fifo.py); mqadmin updateSubGroup -o, pyrmq admin group create --fifo
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -46,6 +49,7 @@ class SubscriptionGroupConfig:
             "consumeBroadcastEnable": self.consume_broadcast_enable,
             "consumeEnable": self.consume_enable,
             "consumeFromMinEnable": self.consume_from_min_enable,
+            "consumeMessageOrderly": self.consume_message_orderly,
             "groupName": self.group_name,
             "notifyConsumerIdsChangedEnable": self.notify_consumer_ids_changed_enable,
             "retryMaxTimes": self.retry_max_times,
@@ -65,6 +69,7 @@ class SubscriptionGroupConfig:
             broker_id=int(data.get("brokerId", 0)),
             which_broker_when_consume_slowly=int(data.get("whichBrokerWhenConsumeSlowly", 1)),
             notify_consumer_ids_changed_enable=bool(data.get("notifyConsumerIdsChangedEnable", True)),
+            consume_message_orderly=bool(data.get("consumeMessageOrderly", False)),
         )
 
 

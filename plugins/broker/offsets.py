@@ -17,6 +17,9 @@ class ConsumerOffsetManager:
         self.persist_document = persist
         self.table: dict[str, dict[int, int]] = {}
         self.dirty = False
+        #: ``listener(group, topic, offsets)`` after an admin reset (:meth:`reset`): a feature keeping its own read
+        #: positions (POP's pop offsets) follows it at once
+        self.reset_listeners: list[Callable[[str, str, dict[int, int]], None]] = []
 
     def load(self, document: dict[str, Any] | None) -> None:
         for key, per_queue in ((document or {}).get("offsetTable") or {}).items():
@@ -73,3 +76,5 @@ class ConsumerOffsetManager:
     def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         self.table[f"{topic}{TOPIC_GROUP_SEPARATOR}{group}"] = dict(offsets)
         self.dirty = True
+        for listener in self.reset_listeners:
+            listener(group, topic, dict(offsets))
