@@ -192,6 +192,69 @@ def _system_group(group: str) -> bool:
                      "SELF_TEST_P_GROUP", "SELF_TEST_C_GROUP") or group.startswith(("CID_RMQ_SYS_", "CID_ONS"))
 
 
+def _group_settings(args: argparse.Namespace) -> dict[str, Any]:
+    return {"fifo": args.fifo, "retry_max_times": args.retry_max_times, "retry_queue_nums": args.retry_queue_nums,
+            "consume_enable": args.consume_enable, "consume_broadcast_enable": args.broadcast,
+            "consume_from_min_enable": args.consume_from_min,
+            "notify_consumer_ids_changed_enable": args.notify_consumer_ids_changed}
+
+
+def _group_changed(verb: str, args: argparse.Namespace, brokers: list[str]) -> int:
+    if args.json:
+        _json({"group": args.group, "brokers": brokers})
+    else:
+        print(f"group {args.group} {verb} on {', '.join(brokers) or 'no broker'}")
+    return EXIT_OK
+
+
+def cmd_group_create(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        brokers = await admin.create_group(args.group, cluster=args.cluster, broker_addr=args.broker,
+                                           **_group_settings(args))
+        return _group_changed("created", args, brokers)
+
+    return _admin("group create", args, body)
+
+
+def cmd_group_update(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        brokers = await admin.update_group(args.group, cluster=args.cluster, broker_addr=args.broker,
+                                           **_group_settings(args))
+        return _group_changed("updated", args, brokers)
+
+    return _admin("group update", args, body)
+
+
+def cmd_group_delete(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        brokers = await admin.delete_group(args.group, cluster=args.cluster, broker_addr=args.broker,
+                                           clean_offset=args.clean_offset)
+        return _group_changed("deleted", args, brokers)
+
+    return _admin("group delete", args, body)
+
+
+def cmd_group_config(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        configs = await admin.group_config(args.group)
+        if args.json:
+            _json(configs)
+            return EXIT_OK
+        if not configs:
+            error(f"admin group config: no broker has group {args.group}")
+            return EXIT_FAILED
+        keys = sorted({k for c in configs.values() for k in c if not isinstance(c[k], (dict, list))})
+        rows = [[k] + [configs[b].get(k, "-") for b in sorted(configs)] for k in keys]
+        print(format_table(["SETTING"] + [b.upper() for b in sorted(configs)], rows))
+        return EXIT_OK
+
+    return _admin("group config", args, body)
+
+
 def cmd_group_connections(args: argparse.Namespace) -> int:
 
     async def body(admin: Any) -> int:
@@ -486,6 +549,42 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p = g.add_parser("list", parents=[parent], help="subscription groups of every master")
     p.add_argument("--all", action="store_true", help="include RocketMQ's own groups")
     p.set_defaults(func=cmd_group_list)
+    for action, helptext in (("create", "declare a subscription group (mqadmin updateSubGroup): FIFO, retries"),
+                             ("update", "change settings of a subscription group; the others stay")):
+        p = g.add_parser(action, parents=[parent], help=helptext)
+        p.add_argument("--group", "-g", required=True)
+        new = action == "create"
+        p.add_argument("--fifo", action=argparse.BooleanOptionalAction, default=None,
+                       help="a FIFO group (consumeMessageOrderly): POP consumers get a queue's next messages only once "
+                            "the previous ones are acked" + (" (default: no)" if new else ""))
+        p.add_argument("--retry-max-times", "-r", type=int, metavar="N",
+                       help="redeliveries before a message goes to %%DLQ%%<group>" + (" (default 16)" if new else ""))
+        p.add_argument("--retry-queue-nums", "-q", type=int, metavar="N",
+                       help="queues of %%RETRY%%<group>; 0 drops failed messages of classic consumers"
+                            + (" (default 1)" if new else ""))
+        p.add_argument("--consume-enable", action=argparse.BooleanOptionalAction, default=None,
+                       help="consumers may read (default: yes)" if new else "consumers may read")
+        p.add_argument("--broadcast", action=argparse.BooleanOptionalAction, default=None,
+                       help="broadcasting consumers allowed (consumeBroadcastEnable)" + (" (default: yes)" if new else ""))
+        p.add_argument("--consume-from-min", action=argparse.BooleanOptionalAction, default=None,
+                       help="consumeFromMinEnable" + (" (default: yes)" if new else ""))
+        p.add_argument("--notify-consumer-ids-changed", action=argparse.BooleanOptionalAction, default=None,
+                       help="tell the group's consumers when members come and go" + (" (default: yes)" if new else ""))
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("--cluster", "-c", help="every master of this cluster (default: every cluster)")
+        where.add_argument("--broker", "-b", metavar="ADDR", help="one broker")
+        p.set_defaults(func=cmd_group_create if new else cmd_group_update)
+    p = g.add_parser("delete", parents=[parent], help="delete a subscription group (and its %%RETRY%% and %%DLQ%% "
+                                                      "topics unless --broker)")
+    p.add_argument("--group", "-g", required=True)
+    p.add_argument("--clean-offset", action="store_true", help="also drop the group's offsets (5.x's cleanOffset)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--cluster", "-c", help="every master of this cluster (default: every cluster)")
+    where.add_argument("--broker", "-b", metavar="ADDR", help="one broker")
+    p.set_defaults(func=cmd_group_delete)
+    p = g.add_parser("config", parents=[parent], help="a group's settings on each master")
+    p.add_argument("--group", "-g", required=True)
+    p.set_defaults(func=cmd_group_config)
     p = g.add_parser("connections", parents=[parent], help="the live consumers of a group and their subscriptions")
     p.add_argument("--group", "-g", required=True)
     p.set_defaults(func=cmd_group_connections)
