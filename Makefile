@@ -76,8 +76,10 @@ chaos: $(STAMP)
 
 # Automatic failover on etcd at full size (docs/replication.md): 10 SIGKILL rounds of groups of 2 and 3, etcd down for
 # 10 s, the partition and the negative control; one JSON line per run in failover-report.jsonl (failover time p50/p99,
-# acked / lost / duplicated). `make test` runs the same tests with 2 rounds and a 3 s outage.
+# acked / lost / duplicated); timer and delay-level messages due 90 s after sending, parked across a SIGKILL of the
+# master (docs/delay.md). `make test` runs the same tests with 2 rounds, a 3 s outage and messages due in 25 s.
 failover: check-tools $(STAMP)
 	PYRMQ_FAILOVER_ROUNDS=$${PYRMQ_FAILOVER_ROUNDS:-10} PYRMQ_FAILOVER_SIZES=2,3 PYRMQ_FAILOVER_ETCD_OUTAGE=10 \
+	PYRMQ_FAILOVER_TIMER_DUE=$${PYRMQ_FAILOVER_TIMER_DUE:-90} \
 	PYRMQ_FAILOVER_REPORT=$${PYRMQ_FAILOVER_REPORT:-failover-report.jsonl} \
-	$(BIN)/python -m pytest -s tests/e2e/test_failover_etcd.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -s tests/e2e/test_failover_etcd.py tests/e2e/test_failover_timers.py $(PYTEST_ARGS)

@@ -33,52 +33,16 @@ from pyrmq.remoting.vocabulary import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
     Permission,
 )
 
-__all__ = ["Admin", "ClusterInfo", "BrokerInfo", "QueueProgress", "SYSTEM_TOPIC_PREFIXES", "GROUP_SETTINGS",
-           "group_config_json"]
+__all__ = ["Admin", "ClusterInfo", "BrokerInfo", "QueueProgress", "SYSTEM_TOPIC_PREFIXES", "GROUP_DEFAULTS"]
 
 #: names the broker creates for itself; ``topic list`` marks them
 SYSTEM_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "rmq_sys_", "RMQ_SYS_")
 SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY, "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
-                           SCHEDULE_TOPIC, "TRANS_CHECK_MAX_TIME_TOPIC"})
-
-
-#: the settings of a subscription group a user may give (``create_group`` / ``update_group``): Python name ->
-#: (RocketMQ's JSON name, type, the default of a new group: SubscriptionGroupConfig's)
-GROUP_SETTINGS: dict[str, tuple[str, type, Any]] = {
-    "fifo": ("consumeMessageOrderly", bool, False),
-    "retry_max_times": ("retryMaxTimes", int, 16),
-    "retry_queue_nums": ("retryQueueNums", int, 1),
-    "consume_enable": ("consumeEnable", bool, True),
-    "consume_broadcast_enable": ("consumeBroadcastEnable", bool, True),
-    "consume_from_min_enable": ("consumeFromMinEnable", bool, True),
-    "which_broker_when_consume_slowly": ("whichBrokerWhenConsumeSlowly", int, 1),
-    "notify_consumer_ids_changed_enable": ("notifyConsumerIdsChangedEnable", bool, True),
-    "broker_id": ("brokerId", int, 0),
-}
-
-
-def group_config_json(group: str, old: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
-    """A SubscriptionGroupConfig body: ``old`` (a broker's copy; {} for a new group: the defaults) with ``settings``
-    applied (None values are left as they are). ClientError names a setting that is unknown or of the wrong type."""
-    config = {wire: default for wire, _kind, default in GROUP_SETTINGS.values()}
-    config.update(old)
-    config["groupName"] = group
-    for key, value in settings.items():
-        if value is None:
-            continue
-        if key not in GROUP_SETTINGS:
-            raise ClientError(f"unknown group setting {key!r}; known: {', '.join(sorted(GROUP_SETTINGS))}")
-        wire, kind, _default = GROUP_SETTINGS[key]
-        if kind is bool and not isinstance(value, bool) or kind is int and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ClientError(f"group setting {key} must be {kind.__name__}, not {value!r}")
-        if key in ("retry_max_times", "which_broker_when_consume_slowly", "broker_id") and value < 0 \
-                or key == "retry_queue_nums" and value < 0:
-            raise ClientError(f"group setting {key} cannot be negative: {value}")
-        config[wire] = value
-    return config
+                           SCHEDULE_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
 
 
 def is_system_topic(topic: str, cluster_or_broker_names: Iterable[str] = ()) -> bool:
@@ -137,10 +101,20 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     last_timestamp: int
+    #: messages popped by a POP group and neither acked nor revived (pyrmq's ``inflight``; 0 for other groups)
+    inflight: int = 0
 
     @property
     def lag(self) -> int:
         return max(self.broker_offset - self.consumer_offset, 0)
+
+
+#: a new subscription group's settings (SubscriptionGroupConfig's defaults, RocketMQ's JSON names)
+GROUP_DEFAULTS: dict[str, Any] = {
+    "consumeEnable": True, "consumeFromMinEnable": True, "consumeBroadcastEnable": True, "consumeMessageOrderly": False,
+    "retryQueueNums": 1, "retryMaxTimes": 16, "brokerId": 0, "whichBrokerWhenConsumeSlowly": 1,
+    "notifyConsumerIdsChangedEnable": True,
+}
 
 
 class Admin(ClientService):
@@ -304,7 +278,8 @@ class Admin(ClientService):
             for key, value in table.items():
                 mq = MessageQueue.from_json(key)
                 rows.append(QueueProgress(mq.topic, mq.broker_name, mq.queue_id, int(value.get("brokerOffset", 0)),
-                                          int(value.get("consumerOffset", 0)), int(value.get("lastTimestamp", 0))))
+                                          int(value.get("consumerOffset", 0)), int(value.get("lastTimestamp", 0)),
+                                          int(value.get("inflight", 0))))
         return sorted(rows, key=lambda r: (r.topic, r.broker_name, r.queue_id))
 
     async def reset_offset(self, group: str, topic: str, timestamp_ms: int, *, force: bool = True) -> dict[MessageQueue, int]:
@@ -339,80 +314,27 @@ class Admin(ClientService):
                 entry["brokers"].append(name)
         return [groups[g] for g in sorted(groups)]
 
-    async def group_config(self, group: str, *, cluster: str | None = None,
-                           broker_addr: str | None = None) -> dict[str, dict[str, Any]]:
-        """The group's SubscriptionGroupConfig (RocketMQ's JSON names) on each master that has it, by broker name
-        (GET_ALL_SUBSCRIPTIONGROUP_CONFIG, 201: served by 4.x and 5.x brokers alike)."""
+    async def put_group(self, config: dict[str, Any], *, cluster: str | None = None,
+                        broker_addr: str | None = None) -> list[str]:
+        """UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) on every master of ``cluster`` (default: every cluster) or one
+        broker: ``config`` is a SubscriptionGroupConfig in RocketMQ's JSON names (``groupName``,
+        ``consumeMessageOrderly``, ``retryMaxTimes``, ...; :data:`GROUP_DEFAULTS` for the rest). Returns the brokers
+        updated. What mqadmin updateSubGroup does."""
         self._check_started()
-        out: dict[str, dict[str, Any]] = {}
-        for name, addr in await self._masters(cluster, broker_addr):
-            resp = await self._broker(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
-            table = (fastjson.loads(resp.body_bytes()) if resp.body else {}).get("subscriptionGroupTable") or {}
-            config = table.get(group)
-            if isinstance(config, dict):
-                out[name or addr] = dict(config)
-        return out
-
-    async def create_group(self, group: str, *, cluster: str | None = None, broker_addr: str | None = None,
-                           **settings: Any) -> list[str]:
-        """Declare a subscription group on every master of ``cluster`` (default: every cluster) or one broker
-        (UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, 200; mqadmin updateSubGroup); the broker names done. ``settings``
-        (see :data:`GROUP_SETTINGS`): ``fifo`` (5.x's consumeMessageOrderly: POP consumers get a queue's messages
-        in order), ``retry_max_times`` (deliveries before the dead-letter queue, 16), ``retry_queue_nums`` (1),
-        ``consume_enable``, ``consume_broadcast_enable``, ``consume_from_min_enable`` (True),
-        ``which_broker_when_consume_slowly`` (1), ``notify_consumer_ids_changed_enable`` (True), ``broker_id`` (0).
-        ClientError when a broker already has the group (change it with :meth:`update_group`)."""
-        self._check_started()
-        check_name("consumer group", group)
-        masters = await self._masters(cluster, broker_addr)
-        existing = await self.group_config(group, cluster=cluster, broker_addr=broker_addr)
-        if existing:
-            raise ClientError(f"group {group} already exists on {', '.join(sorted(existing))}: change it with "
-                              "update_group (pyrmq admin group update)")
-        config = group_config_json(group, {}, settings)
-        done = []
-        for name, addr in masters:
-            await self._broker(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
-                               body=json.dumps(config).encode())
-            done.append(name or addr)
-        return done
-
-    async def update_group(self, group: str, *, cluster: str | None = None, broker_addr: str | None = None,
-                           **settings: Any) -> list[str]:
-        """Change settings of an existing group (the others stay as each broker has them); the broker names
-        done. ClientError when no targeted broker has the group."""
-        self._check_started()
-        existing = await self.group_config(group, cluster=cluster, broker_addr=broker_addr)
-        if not existing:
-            raise ClientError(f"group {group} does not exist on the brokers asked: create it with create_group "
-                              "(pyrmq admin group create)")
+        group = check_name("consumer group", str(config.get("groupName") or ""))
+        body = fastjson.dumps({**GROUP_DEFAULTS, **config, "groupName": group})
         done = []
         for name, addr in await self._masters(cluster, broker_addr):
-            old = existing.get(name or addr)
-            if old is None:
-                continue
-            body = json.dumps(group_config_json(group, old, settings)).encode()
             await self._broker(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
             done.append(name or addr)
         return done
 
-    async def delete_group(self, group: str, *, cluster: str | None = None, broker_addr: str | None = None,
-                           clean_offset: bool = False) -> list[str]:
-        """DELETE_SUBSCRIPTIONGROUP (207) on the masters (mqadmin deleteSubGroup); without ``broker_addr`` also the
-        group's ``%RETRY%<group>`` and ``%DLQ%<group>`` topics, as mqadmin does for a cluster. ``clean_offset``:
-        5.x's cleanOffset (the group's offsets go too, on brokers that honour it)."""
+    async def delete_group(self, group: str, *, cluster: str | None = None, broker_addr: str | None = None) -> list[str]:
+        """DELETE_SUBSCRIPTIONGROUP (207) on every master of ``cluster`` (default: every cluster) or one broker;
+        returns the brokers asked (mqadmin deleteSubGroup)."""
         self._check_started()
-        done = []
-        for name, addr in await self._masters(cluster, broker_addr):
-            await self._broker(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP,
-                               {"groupName": group, "cleanOffset": "true" if clean_offset else "false"})
-            done.append(name or addr)
-        if broker_addr is None:
-            topics = set(await self.list_topics())
-            for topic in (RETRY_GROUP_TOPIC_PREFIX + group, DLQ_GROUP_TOPIC_PREFIX + group):
-                if topic in topics:
-                    await self.delete_topic(topic, cluster=cluster)
-        return done
+        return await self._on_masters(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "cleanOffset": "false"},
+                                      cluster, broker_addr)
 
     async def _per_master(self, code: int, ext: dict[str, Any], missing: Iterable[int]) -> list[tuple[str, Any]]:
         """``(broker name, decoded body)`` of one request on every master; brokers answering a code in ``missing``

@@ -159,12 +159,16 @@ def cmd_group_progress(args: argparse.Namespace) -> int:
         progress = await admin.group_progress(args.group, args.topic)
         if args.json:
             _json([{"topic": p.topic, "brokerName": p.broker_name, "queueId": p.queue_id, "brokerOffset": p.broker_offset,
-                    "consumerOffset": p.consumer_offset, "lag": p.lag, "lastTimestamp": p.last_timestamp} for p in progress])
+                    "consumerOffset": p.consumer_offset, "lag": p.lag, "inflight": p.inflight,
+                    "lastTimestamp": p.last_timestamp} for p in progress])
             return EXIT_OK
-        rows = [[p.topic, p.broker_name, p.queue_id, p.broker_offset, p.consumer_offset, p.lag, ms_text(p.last_timestamp)]
-                for p in progress]
-        print(format_table(["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "LAST CONSUMED"], rows))
-        print(f"\ngroup {args.group}: {len(rows)} queue(s), total lag {sum(p.lag for p in progress)}")
+        rows = [[p.topic, p.broker_name, p.queue_id, p.broker_offset, p.consumer_offset, p.lag, p.inflight,
+                 ms_text(p.last_timestamp)] for p in progress]
+        print(format_table(["TOPIC", "BROKER", "QUEUE", "BROKER OFFSET", "CONSUMER OFFSET", "LAG", "IN FLIGHT",
+                            "LAST CONSUMED"], rows))
+        inflight = sum(p.inflight for p in progress)
+        print(f"\ngroup {args.group}: {len(rows)} queue(s), total lag {sum(p.lag for p in progress)}"
+              + (f", {inflight} popped and not acked" if inflight else ""))
         return EXIT_OK
 
     return _admin("group progress", args, body)
@@ -178,81 +182,82 @@ def cmd_group_list(args: argparse.Namespace) -> int:
             _json(groups)
             return EXIT_OK
         rows = [[g["group"], ",".join(sorted(g["brokers"])), "yes" if g.get("consumeEnable", True) else "no",
-                 "yes" if g.get("consumeBroadcastEnable", True) else "no", g.get("retryQueueNums", "-"),
-                 g.get("retryMaxTimes", "-")] for g in groups]
-        print(format_table(["GROUP", "BROKERS", "CONSUME", "BROADCAST", "RETRY QUEUES", "RETRY MAX"], rows))
+                 "yes" if g.get("consumeBroadcastEnable", True) else "no", "yes" if g.get("consumeMessageOrderly") else "no",
+                 g.get("retryQueueNums", "-"), g.get("retryMaxTimes", "-")] for g in groups]
+        print(format_table(["GROUP", "BROKERS", "CONSUME", "BROADCAST", "FIFO", "RETRY QUEUES", "RETRY MAX"], rows))
         return EXIT_OK
 
     return _admin("group list", args, body)
+
+
+#: ``pyrmq admin group create/update`` options -> SubscriptionGroupConfig's JSON names
+_GROUP_OPTIONS = {
+    "fifo": "consumeMessageOrderly", "retry_max_times": "retryMaxTimes", "retry_queues": "retryQueueNums",
+    "consume": "consumeEnable", "broadcast": "consumeBroadcastEnable", "from_min": "consumeFromMinEnable",
+}
+
+
+def _group_changes(args: argparse.Namespace) -> dict[str, Any]:
+    return {name: getattr(args, option) for option, name in _GROUP_OPTIONS.items() if getattr(args, option) is not None}
+
+
+def _put_group(args: argparse.Namespace, *, create: bool) -> int:
+    """``group create`` (refused when the group exists on a broker asked) and ``group update`` (refused when it
+    does not; only the options given change)."""
+
+    async def body(admin: Any) -> int:
+        from pyrmq.client.admin import GROUP_DEFAULTS
+
+        known = {g["group"]: g for g in await admin.list_groups()}
+        existing = known.get(args.group)
+        if create and existing is not None:
+            return error("admin group create", f"group {args.group} exists on {', '.join(sorted(existing['brokers']))}: "
+                                               "use 'pyrmq admin group update' to change it")
+        if not create and existing is None:
+            return error("admin group update", f"no broker has group {args.group}: use 'pyrmq admin group create'")
+        base = dict(GROUP_DEFAULTS) if create else {k: v for k, v in existing.items() if k not in ("group", "brokers")}
+        config = {**base, **_group_changes(args), "groupName": args.group}
+        done = await admin.put_group(config, cluster=args.cluster, broker_addr=args.broker)
+        if args.json:
+            _json({"group": args.group, "brokers": done, "config": config})
+            return EXIT_OK
+        print(f"group {args.group} {'created' if create else 'updated'} on {', '.join(done)}: "
+              f"fifo={'yes' if config['consumeMessageOrderly'] else 'no'}, retryMaxTimes={config['retryMaxTimes']} "
+              f"(then %DLQ%{args.group}), retryQueueNums={config['retryQueueNums']}, "
+              f"consume={'yes' if config['consumeEnable'] else 'no'}")
+        return EXIT_OK
+
+    return _admin(f"group {'create' if create else 'update'}", args, body)
+
+
+def cmd_group_create(args: argparse.Namespace) -> int:
+    return _put_group(args, create=True)
+
+
+def cmd_group_update(args: argparse.Namespace) -> int:
+    return _put_group(args, create=False)
+
+
+def cmd_group_delete(args: argparse.Namespace) -> int:
+
+    async def body(admin: Any) -> int:
+        known = {g["group"] for g in await admin.list_groups()}
+        if args.group not in known:
+            return error("admin group delete", f"no broker has group {args.group}")
+        done = await admin.delete_group(args.group, cluster=args.cluster, broker_addr=args.broker)
+        if args.json:
+            _json({"group": args.group, "brokers": done})
+        else:
+            print(f"group {args.group} deleted on {', '.join(done)}")
+        return EXIT_OK
+
+    return _admin("group delete", args, body)
 
 
 def _system_group(group: str) -> bool:
     # RocketMQ's own groups (MixAll: TOOLS_CONSUMER, FILTERSRV_CONSUMER, CID_RMQ_SYS_*, CID_ONSAPI_*, SELF_TEST_*)
     return group in ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "__MONITOR_CONSUMER", "CLIENT_INNER_PRODUCER",
                      "SELF_TEST_P_GROUP", "SELF_TEST_C_GROUP") or group.startswith(("CID_RMQ_SYS_", "CID_ONS"))
-
-
-def _group_settings(args: argparse.Namespace) -> dict[str, Any]:
-    return {"fifo": args.fifo, "retry_max_times": args.retry_max_times, "retry_queue_nums": args.retry_queue_nums,
-            "consume_enable": args.consume_enable, "consume_broadcast_enable": args.broadcast,
-            "consume_from_min_enable": args.consume_from_min,
-            "notify_consumer_ids_changed_enable": args.notify_consumer_ids_changed}
-
-
-def _group_changed(verb: str, args: argparse.Namespace, brokers: list[str]) -> int:
-    if args.json:
-        _json({"group": args.group, "brokers": brokers})
-    else:
-        print(f"group {args.group} {verb} on {', '.join(brokers) or 'no broker'}")
-    return EXIT_OK
-
-
-def cmd_group_create(args: argparse.Namespace) -> int:
-
-    async def body(admin: Any) -> int:
-        brokers = await admin.create_group(args.group, cluster=args.cluster, broker_addr=args.broker,
-                                           **_group_settings(args))
-        return _group_changed("created", args, brokers)
-
-    return _admin("group create", args, body)
-
-
-def cmd_group_update(args: argparse.Namespace) -> int:
-
-    async def body(admin: Any) -> int:
-        brokers = await admin.update_group(args.group, cluster=args.cluster, broker_addr=args.broker,
-                                           **_group_settings(args))
-        return _group_changed("updated", args, brokers)
-
-    return _admin("group update", args, body)
-
-
-def cmd_group_delete(args: argparse.Namespace) -> int:
-
-    async def body(admin: Any) -> int:
-        brokers = await admin.delete_group(args.group, cluster=args.cluster, broker_addr=args.broker,
-                                           clean_offset=args.clean_offset)
-        return _group_changed("deleted", args, brokers)
-
-    return _admin("group delete", args, body)
-
-
-def cmd_group_config(args: argparse.Namespace) -> int:
-
-    async def body(admin: Any) -> int:
-        configs = await admin.group_config(args.group)
-        if args.json:
-            _json(configs)
-            return EXIT_OK
-        if not configs:
-            error(f"admin group config: no broker has group {args.group}")
-            return EXIT_FAILED
-        keys = sorted({k for c in configs.values() for k in c if not isinstance(c[k], (dict, list))})
-        rows = [[k] + [configs[b].get(k, "-") for b in sorted(configs)] for k in keys]
-        print(format_table(["SETTING"] + [b.upper() for b in sorted(configs)], rows))
-        return EXIT_OK
-
-    return _admin("group config", args, body)
 
 
 def cmd_group_connections(args: argparse.Namespace) -> int:
@@ -549,45 +554,38 @@ def add_admin_parser(sub: Any, parent: argparse.ArgumentParser) -> None:
     p = g.add_parser("list", parents=[parent], help="subscription groups of every master")
     p.add_argument("--all", action="store_true", help="include RocketMQ's own groups")
     p.set_defaults(func=cmd_group_list)
-    for action, helptext in (("create", "declare a subscription group (mqadmin updateSubGroup): FIFO, retries"),
-                             ("update", "change settings of a subscription group; the others stay")):
+    p = g.add_parser("connections", parents=[parent], help="the live consumers of a group and their subscriptions")
+    p.add_argument("--group", "-g", required=True)
+    p.set_defaults(func=cmd_group_connections)
+    for action, func, helptext in (
+        ("create", cmd_group_create, "declare a subscription group on the masters (mqadmin updateSubGroup)"),
+        ("update", cmd_group_update, "change some settings of a subscription group (the others stay)"),
+    ):
         p = g.add_parser(action, parents=[parent], help=helptext)
         p.add_argument("--group", "-g", required=True)
-        new = action == "create"
         p.add_argument("--fifo", action=argparse.BooleanOptionalAction, default=None,
-                       help="a FIFO group (consumeMessageOrderly): POP consumers get a queue's next messages only once "
-                            "the previous ones are acked" + (" (default: no)" if new else ""))
-        p.add_argument("--retry-max-times", "-r", type=int, metavar="N",
-                       help="redeliveries before a message goes to %%DLQ%%<group>" + (" (default 16)" if new else ""))
-        p.add_argument("--retry-queue-nums", "-q", type=int, metavar="N",
-                       help="queues of %%RETRY%%<group>; 0 drops failed messages of classic consumers"
-                            + (" (default 1)" if new else ""))
-        p.add_argument("--consume-enable", action=argparse.BooleanOptionalAction, default=None,
-                       help="consumers may read (default: yes)" if new else "consumers may read")
+                       help="a FIFO group: a queue's next messages only once the last batch is acked "
+                            "(consumeMessageOrderly; POP consumers)")
+        p.add_argument("--retry-max-times", type=int, metavar="N",
+                       help="deliveries after the first before a message goes to %%DLQ%%<group> (default 16)")
+        p.add_argument("--retry-queues", type=int, metavar="N",
+                       help="queues of %%RETRY%%<group> (default 1; 0 drops what a consumer sends back)")
+        p.add_argument("--consume", action=argparse.BooleanOptionalAction, default=None,
+                       help="the group may consume (--no-consume stops it: NO_PERMISSION)")
         p.add_argument("--broadcast", action=argparse.BooleanOptionalAction, default=None,
-                       help="broadcasting consumers allowed (consumeBroadcastEnable)" + (" (default: yes)" if new else ""))
-        p.add_argument("--consume-from-min", action=argparse.BooleanOptionalAction, default=None,
-                       help="consumeFromMinEnable" + (" (default: yes)" if new else ""))
-        p.add_argument("--notify-consumer-ids-changed", action=argparse.BooleanOptionalAction, default=None,
-                       help="tell the group's consumers when members come and go" + (" (default: yes)" if new else ""))
+                       help="broadcast consumption allowed")
+        p.add_argument("--from-min", action=argparse.BooleanOptionalAction, default=None,
+                       help="a new consumer may start from the min offset")
         where = p.add_mutually_exclusive_group()
         where.add_argument("--cluster", "-c", help="every master of this cluster (default: every cluster)")
         where.add_argument("--broker", "-b", metavar="ADDR", help="one broker")
-        p.set_defaults(func=cmd_group_create if new else cmd_group_update)
-    p = g.add_parser("delete", parents=[parent], help="delete a subscription group (and its %%RETRY%% and %%DLQ%% "
-                                                      "topics unless --broker)")
+        p.set_defaults(func=func)
+    p = g.add_parser("delete", parents=[parent], help="delete a subscription group from the masters")
     p.add_argument("--group", "-g", required=True)
-    p.add_argument("--clean-offset", action="store_true", help="also drop the group's offsets (5.x's cleanOffset)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--cluster", "-c", help="every master of this cluster (default: every cluster)")
     where.add_argument("--broker", "-b", metavar="ADDR", help="one broker")
     p.set_defaults(func=cmd_group_delete)
-    p = g.add_parser("config", parents=[parent], help="a group's settings on each master")
-    p.add_argument("--group", "-g", required=True)
-    p.set_defaults(func=cmd_group_config)
-    p = g.add_parser("connections", parents=[parent], help="the live consumers of a group and their subscriptions")
-    p.add_argument("--group", "-g", required=True)
-    p.set_defaults(func=cmd_group_connections)
 
     producer = areas.add_parser("producer", help="producer groups")
     pr = producer.add_subparsers(dest="admin_action", metavar="ACTION")

@@ -533,7 +533,7 @@ class BlockingAdmin(_BlockingService):
     _METHODS = frozenset({
         "cluster_info", "list_clusters", "create_topic", "delete_topic", "list_topics", "topic_route", "topic_stats",
         "group_progress", "reset_offset", "query_message_by_key", "query_message_by_unique_key", "query_message_by_id",
-        "list_groups", "group_config", "create_group", "update_group", "delete_group",
+        "list_groups", "put_group", "delete_group",
     })
 
     def __init__(self, namesrv: str | Iterable[str] | None = None, **kwargs: Any) -> None:

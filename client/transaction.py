@@ -38,7 +38,13 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError, RemotingError
 from pyrmq.remoting.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from pyrmq.remoting.message import TRANSACTION_PREPARED_TYPE, decode_message_id
-from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY, MASTER_ID, MessageProperty
+from pyrmq.remoting.vocabulary import (
+    AUTO_CREATE_TOPIC_KEY,
+    MASTER_ID,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    MessageProperty,
+)
 
 DELAY = MessageProperty.DELAY_TIME_LEVEL
 
@@ -268,8 +274,8 @@ class BlockingTransactionProducer(_BlockingService):
 
 # -- admin: pending half messages -----------------------------------------------------------------------------------
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+HALF_TOPIC = TRANS_HALF_TOPIC
+OP_TOPIC = TRANS_OP_HALF_TOPIC
 SYS_GROUP = "CID_RMQ_SYS_TRANS"
 
 

@@ -7,15 +7,21 @@ from __future__ import annotations
 from pyrmq.client.config import check_name
 from pyrmq.client.errors import InvalidMessageError
 from pyrmq.client.message import SYSTEM_PROPERTIES, Message
-from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY, SCHEDULE_TOPIC
+from pyrmq.remoting.vocabulary import (
+    AUTO_CREATE_TOPIC_KEY,
+    SCHEDULE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
 
 __all__ = ["validate_message", "validate_topic", "MAX_MESSAGE_SIZE", "MAX_PROPERTIES_SIZE", "NOT_ALLOWED_SEND_TOPICS"]
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 MAX_PROPERTIES_SIZE = 32767
 #: topics no producer may send to (spec 2.4)
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                                     "TRANS_CHECK_MAX_TIME_TOPIC", AUTO_CREATE_TOPIC_KEY})
+NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
+                                     AUTO_CREATE_TOPIC_KEY})
 _VALID_TOPICS: set[str] = set()
 
 

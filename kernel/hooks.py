@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
         Processor,
         RequestGuard,
         RoleChange,
+        SlaveSyncStep,
         StoreDispatcher,
     )
 
@@ -157,6 +158,13 @@ class HookRelay:
         for answer in self._hook.pyrmq_register_schedulers(kernel=kernel):
             found.extend(answer or ())
         return sorted(found, key=lambda s: (s.order, s.name))
+
+    def register_slave_sync(self, kernel: Kernel) -> list[SlaveSyncStep]:
+        """Every plugin's metadata-sync steps, sorted by ``name`` (never by plugin order)."""
+        found: list[SlaveSyncStep] = []
+        for answer in self._hook.pyrmq_register_slave_sync(kernel=kernel):
+            found.extend(answer or ())
+        return sorted(found, key=lambda s: s.name)
 
     def register_metric_collectors(self, kernel: Kernel, role: str) -> list[MetricCollector]:
         found: list[MetricCollector] = []

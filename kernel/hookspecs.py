@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover - types only
         RequestGuard,
         RoleChange,
         Scheduler,
+        SlaveSyncStep,
         StoreDispatcher,
         TransactionState,
     )
@@ -349,7 +350,25 @@ def pyrmq_register_schedulers(kernel: Kernel) -> Sequence[Scheduler] | None:
     answers of lower order. The first scheduler that claims a message sets ``context.scheduled_by``; later ones leave
     it alone, so the order decides which property wins when a message carries both. A scheduler delivers what it
     parked with its own service, on the master only (``pyrmq_role_changed``). ``pyrmq plugins --codes`` lists them.
+    A scheduler that parks under a topic of its own declares ``parking_topic`` and ``tags_code(properties,
+    store_timestamp)`` (:class:`pyrmq.kernel.types.Scheduler`): the broker core builds the store's tags-code resolver
+    from them before the store loads, so a parked record's consume-queue unit (its delivery time) is derived the same
+    way at the append, at recovery, on a replica and after a truncation.
     Shipped: delay levels (order 300), the timer (310).
+    """
+
+
+@hookspec
+def pyrmq_register_slave_sync(kernel: Kernel) -> Sequence[SlaveSyncStep] | None:
+    """Return steps of a slave's metadata sync (RocketMQ's ``SlaveSynchronize``): what a feature copies from the
+    master besides topics, subscription groups and consumer offsets.
+
+    Called by the HA plugin's metadata sync (plugins/broker/ha/slave.py) when it is made (a classic slave at start, a
+    failover replica each time it follows a master); each round, after the core's own documents, it awaits every
+    step's ``sync(fetch)`` in name order, where ``await fetch(request_code)`` is the master's parsed JSON answer
+    (:class:`pyrmq.kernel.types.SlaveSyncStep`). A failing step fails the round (logged; the next round tries again).
+    The HA plugin imports no feature: the delay levels contribute ``delayOffset.json`` (GET_ALL_DELAY_OFFSET) this way.
+    Return objects created in ``pyrmq_configure``; None when the plugin has none.
     """
 
 

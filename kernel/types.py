@@ -197,7 +197,14 @@ class PutInterceptor(Protocol):
 class Scheduler(Protocol):
     """A delay scheduler (``pyrmq_register_schedulers``): a put interceptor that parks the messages carrying one of
     its ``trigger_properties`` for later delivery (RocketMQ's delay levels and timer). ``summary()`` is one line for
-    ``pyrmq plugins --codes``."""
+    ``pyrmq plugins --codes``.
+
+    A scheduler that parks under a topic of its own says so with two optional members: ``parking_topic`` (the topic)
+    and ``tags_code(properties, store_timestamp) -> int | None`` (the consume-queue tags code of a parked record, from
+    its stored properties and store time; None: the hash of ``TAGS``). The broker core hands the store one
+    :class:`~pyrmq.store.reput.TagsCodeResolver` built from them before the store loads, so a parked record's unit
+    is the same at the append, after recovery, on a replica and after a truncation (RocketMQ's
+    ``CommitLog.checkMessageAndReturnSize``)."""
 
     name: str
     order: int
@@ -206,6 +213,22 @@ class Scheduler(Protocol):
     def intercept(self, record: Any, context: PutContext) -> Any: ...
 
     def summary(self) -> str: ...
+
+
+#: ``await fetch(request_code)`` -> the master's answer to a request without header or body, its JSON body parsed
+#: (what RocketMQ's SlaveSynchronize asks: GET_ALL_TOPIC_CONFIG, GET_ALL_DELAY_OFFSET, ...)
+MasterFetch = Callable[[int], Awaitable[Any]]
+
+
+@runtime_checkable
+class SlaveSyncStep(Protocol):
+    """One step of a slave's metadata sync (``pyrmq_register_slave_sync``; RocketMQ's ``SlaveSynchronize``), run each
+    round after the topics, groups and consumer offsets. ``sync(fetch)`` asks the master what the feature keeps
+    (``await fetch(RequestCode.GET_ALL_DELAY_OFFSET)``) and takes it; an exception fails that round (logged)."""
+
+    name: str
+
+    async def sync(self, fetch: MasterFetch) -> None: ...
 
 
 class PutChain:

@@ -20,6 +20,10 @@ __all__ = [
     "SCHEDULE_TOPIC",
     "RETRY_GROUP_TOPIC_PREFIX",
     "DLQ_GROUP_TOPIC_PREFIX",
+    "TRANS_HALF_TOPIC",
+    "TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "TRACE_TOPIC",
 ]
 
 
@@ -119,8 +123,14 @@ del P
 #: broker id of a master in a route's ``brokerAddrs`` (``MixAll.MASTER_ID``)
 MASTER_ID = 0
 
-# Well-known topic names (``TopicValidator``, ``MixAll``; spec 7.3, 7.6)
+# Well-known topic names (``TopicValidator``, ``MixAll``; spec 7.3, 7.6). Features own what they do with them (the
+# transaction plugin its half and op topics), but the names are RocketMQ's wire vocabulary: clients and tools spell
+# them too, so they are defined once, here.
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"

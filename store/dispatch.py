@@ -161,7 +161,11 @@ class Dispatcher(Protocol):
     # optional: ``dispatch_batch(requests)``, the requests of one batch append in one call (Dispatchers.dispatch_batch);
     # ``dispatch_columns(batch)``, a batch append as a DispatchBatch (Dispatchers.dispatch_columns: what the store's
     # batch puts call), without a request per record; ``visible(bound)``, the store's read bound changed (a commit-log
-    # offset, or None: no bound), called by MessageStore.set_read_bound / advance_read_bound, never on the append path
+    # offset, or None: no bound), called by MessageStore.set_read_bound / advance_read_bound, never on the append path;
+    # ``truncated(offset)``, the commit log was cut at ``offset``
+    # (a failover replica dropping a tail its new master never had: MessageStore.truncate_replica), after the cut;
+    # ``replicated_only = True``: it sees only records replicated from a master (MessageStore.append_raw), never the
+    # store's own appends or recovery (nothing on the append path: a feature following its master's writes)
 
 
 class RecoverableDispatcher(Dispatcher, Protocol):
@@ -177,7 +181,8 @@ class Dispatchers:
     :meth:`add` appends a feature's. The store's write path iterates :attr:`calls`, the collected ``dispatch``
     methods, and calls them directly, one after the other, for each appended record. A failing consume-queue
     dispatcher fails the put (the record would be unreadable); any other dispatcher's failure is logged
-    (:meth:`failed`) and the next one still runs.
+    (:meth:`failed`) and the next one still runs. A dispatcher marked ``replicated_only`` is kept apart
+    (:attr:`replicated_calls`): only records replicated from a master reach it, after the others.
     """
 
     def __init__(self, queue: RecoverableDispatcher, *others: Dispatcher) -> None:
@@ -195,6 +200,11 @@ class Dispatchers:
         #: the ``visible(bound)`` methods of the dispatchers that have one: told when the store's read bound changes
         #: (what records clients may read: a long poll parked in front of the bound wakes up)
         self.visible_calls: tuple[Callable[[int | None], None], ...] = ()
+        #: the dispatchers that see only replicated records, and their ``dispatch`` methods, in ``order``
+        self._replicated: list[Dispatcher] = []
+        self.replicated_calls: tuple[Callable[[DispatchRequest], None], ...] = ()
+        #: the ``truncated(offset)`` methods of the dispatchers that have one (told after a truncation)
+        self.truncated_calls: tuple[Callable[[int], None], ...] = ()
         for d in (queue, *others):
             self.add(d)
 
@@ -204,8 +214,14 @@ class Dispatchers:
             raise TypeError(f"a store dispatcher needs a str name and an int order: {dispatcher!r}")
         if not callable(getattr(dispatcher, "dispatch", None)):
             raise TypeError(f"store dispatcher {dispatcher.name!r} has no dispatch(request) method")
-        if any(d is dispatcher for d in self._list):
+        if any(d is dispatcher for d in (*self._list, *self._replicated)):
             raise ValueError(f"store dispatcher {dispatcher.name!r} is already added")
+        if getattr(dispatcher, "replicated_only", False):
+            at = bisect.bisect_right([d.order for d in self._replicated], dispatcher.order)
+            self._replicated.insert(at, dispatcher)
+            self.replicated_calls = tuple(d.dispatch for d in self._replicated)
+            self._truncations()
+            return
         at = bisect.bisect_right([d.order for d in self._list], dispatcher.order)
         self._list.insert(at, dispatcher)
         self.calls = tuple(d.dispatch for d in self._list)
@@ -214,6 +230,11 @@ class Dispatchers:
             getattr(d, "dispatch_columns", None) or _from_columns(many) for d, many in zip(self._list, self.batch_calls)
         )
         self.visible_calls = tuple(call for d in self._list if callable(call := getattr(d, "visible", None)))
+        self._truncations()
+
+    def _truncations(self) -> None:
+        self.truncated_calls = tuple(
+            call for d in (*self._list, *self._replicated) if callable(call := getattr(d, "truncated", None)))
 
     def _one_by_one(self, call: Callable[[DispatchRequest], None]) -> Callable[[list[DispatchRequest]], None]:
         def each(requests: list[DispatchRequest]) -> None:
@@ -257,16 +278,21 @@ class Dispatchers:
         return False
 
     def __iter__(self) -> Iterator[Dispatcher]:
+        """The dispatchers every appended record goes through, in ``order`` (not the replicated-only ones)."""
         return iter(list(self._list))
+
+    def replicated(self) -> list[Dispatcher]:
+        """The replicated-only dispatchers, in ``order``."""
+        return list(self._replicated)
 
     def __len__(self) -> int:
         return len(self._list)
 
     def __contains__(self, dispatcher: object) -> bool:
-        return any(d is dispatcher for d in self._list)
+        return any(d is dispatcher for d in (*self._list, *self._replicated))
 
     def __repr__(self) -> str:
-        return "Dispatchers(" + ", ".join(f"{d.name}:{d.order}" for d in self._list) + ")"
+        return "Dispatchers(" + ", ".join(f"{d.name}:{d.order}" for d in (*self._list, *self._replicated)) + ")"
 
 
 def _from_columns(many: Callable[[list[DispatchRequest]], None]) -> Callable[[DispatchBatch], None]:

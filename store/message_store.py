@@ -24,7 +24,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 import trio
@@ -40,7 +40,7 @@ from .index_file import IndexDispatcher, IndexService
 from .reads import MAX_QUERY_NUM, StoreReads
 from .recovery import RecoveryReport, recover_commit_log
 from .replica import StoreReplication
-from .reput import TagsCodeResolver, dispatch_range
+from .reput import DeriveTagsCode, TagsCodeResolver, dispatch_range
 from .retention import DiskUsage, RetentionService
 from .writes import StoreWrites
 
@@ -97,7 +97,7 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
         flush_policy: FlushPolicy | None = None,
         clock: Callable[[], int] | None = None,
         disk_usage: DiskUsage | None = None,
-        tags_code_resolver: TagsCodeResolver | None = None,
+        tags_code_resolver: TagsCodeResolver | Mapping[str, DeriveTagsCode] | None = None,
     ) -> None:
         self.config = config
         self.clock = clock or now_ms
@@ -108,7 +108,8 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
         self.abort_file = AbortFile(config.abort_path)
         self.flush_policy: FlushPolicy = flush_policy or default_flush_policy(config)
         self.retention = RetentionService(self, disk_usage=disk_usage)
-        self.tags_code_resolver = tags_code_resolver
+        self.tags_code_resolver: TagsCodeResolver | None = None
+        self._derive_tags: dict[str, DeriveTagsCode] = {}
         self.recovery_report: RecoveryReport | None = None
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._sync_timeout = config.sync_flush_timeout / 1000
@@ -132,6 +133,19 @@ class MessageStore(StoreWrites, StoreReads, StoreReplication):
         self.dispatchers = Dispatchers(self.queue_dispatcher, *builtin)
         for d in dispatchers:
             self.add_dispatcher(d)
+        if tags_code_resolver is not None:
+            self.set_tags_code_resolver(tags_code_resolver)
+
+    def set_tags_code_resolver(self, resolver: TagsCodeResolver | Mapping[str, DeriveTagsCode] | None) -> None:
+        """Before :meth:`load`: the topics whose consume-queue tags code is derived from the record (a parked
+        delayed message's delivery time), applied at the append, at recovery, to replicated bytes and after a
+        truncation alike (:class:`~pyrmq.store.reput.TagsCodeResolver`; a mapping ``topic -> derive`` is wrapped)."""
+        if self._loaded:
+            raise StoreError("tags-code resolver set after the store was loaded: recovery would have missed it")
+        if resolver is not None and not isinstance(resolver, TagsCodeResolver):
+            resolver = TagsCodeResolver(resolver)
+        self.tags_code_resolver = resolver
+        self._derive_tags = resolver.by_topic if resolver is not None else {}
 
     def add_dispatcher(self, dispatcher: Dispatcher) -> None:
         """Add a feature's dispatcher before :meth:`load`: it sees every record appended (and every record recovery

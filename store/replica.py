@@ -67,7 +67,7 @@ class StoreReplication:
             mf.append(view[:n])
             view = view[n:]
         _count, walked, self._replica_dispatched = dispatch_range(
-            cl, self.dispatchers, start, resolver=self.tags_code_resolver, partial_tail=True
+            cl, self.dispatchers, start, resolver=self.tags_code_resolver, partial_tail=True, replicated=True
         )
         self.index_dispatcher.drain()
         # the queue offsets the slave would assign next, should it become master: what its consume queues hold
@@ -130,5 +130,10 @@ happens meanwhile (pyrmq: on the event loop). Returns the bytes dropped."""
         if self._read_bound is not None and self._read_bound > offset:
             # what an unclean election cut away was never confirmed (a clean one cuts beyond the bound)
             self.set_read_bound(offset)
+        for call in self.dispatchers.truncated_calls:  # (a feature's progress may point into the cut tail)
+            try:
+                call(offset)
+            except Exception:
+                log.exception("dispatcher %r failed on the truncation at %d", call, offset)
         log.warning("commit log truncated from %d to %d (%d bytes) for the elected master's history", end, offset, end - offset)
         return end - offset

@@ -10,7 +10,7 @@ also how a deleted consume-queue directory is rebuilt), and after raw appends re
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from .commitlog import END_OF_FILE, CommitLog, RecordHeader, read_record_header
 from .dispatch import Dispatchers, DispatchRequest
@@ -18,9 +18,34 @@ from .format import BLANK, MESSAGE_MAGIC_CODE, PROPERTY_KEYS, PROPERTY_TAGS, PRO
 
 log = logging.getLogger(__name__)
 
-#: ``(topic, properties, store_timestamp) -> tags code or None``: lets a feature (the delay schedule) restore the
-#: tags code it put into its consume queue (spec 5.6: delivery time for ``SCHEDULE_TOPIC_XXXX``)
-TagsCodeResolver = Callable[[str, dict[str, str], int], "int | None"]
+#: ``derive(properties, store_timestamp) -> tags code or None`` (None: the hash of TAGS): how a feature derives the
+#: consume-queue tags code of a record of its own topic (spec 5.6: the delivery time for ``SCHEDULE_TOPIC_XXXX``)
+DeriveTagsCode = Callable[[Mapping[str, str], int], "int | None"]
+
+
+class TagsCodeResolver:
+    """The topics whose consume-queue tags code is derived from the record rather than hashed from ``TAGS``, and how
+    (RocketMQ's ``CommitLog.checkMessageAndReturnSize``: a parked delayed message's unit holds its delivery time).
+
+    The store applies it wherever it dispatches: at the append itself (``put_message``: the store time is known only
+    then), when recovery re-dispatches, when a replica dispatches replicated bytes, after a truncation. So a parked
+    record's unit is the same whichever way it was dispatched. The store knows no topic of its own: the broker hands
+    it one resolver built from its schedulers before it loads. Calling it answers ``(topic, properties,
+    store_timestamp) -> tags code or None``.
+    """
+
+    __slots__ = ("by_topic",)
+
+    def __init__(self, by_topic: Mapping[str, DeriveTagsCode]) -> None:
+        #: topic -> its derivation (what the append path looks up, once per put)
+        self.by_topic: dict[str, DeriveTagsCode] = dict(by_topic)
+
+    def __call__(self, topic: str, properties: Mapping[str, str], store_timestamp: int) -> int | None:
+        derive = self.by_topic.get(topic)
+        return None if derive is None else derive(properties, store_timestamp)
+
+    def __repr__(self) -> str:
+        return f"TagsCodeResolver({sorted(self.by_topic)})"
 
 
 def make_request(h: RecordHeader, resolver: TagsCodeResolver | None, recovering: bool) -> DispatchRequest:
@@ -53,18 +78,22 @@ def dispatch_range(
     resolver: TagsCodeResolver | None = None,
     recovering: bool = False,
     partial_tail: bool = False,
+    replicated: bool = False,
 ) -> tuple[int, set[tuple[str, int]], int]:
     """Re-dispatch what the dispatchers lack, from ``start`` to the end of the commit log.
 
     A dispatcher that implements ``has_dispatched`` gets only the records it lacks; one that does not gets the
     records the consume queue lacked. A failing dispatcher is logged and the walk goes on. With ``partial_tail`` a
-    record whose bytes are not all there yet (a replica mid-transfer) ends the walk quietly. Returns how many
-    records were dispatched, the ``(topic, queue_id)`` of every record walked (their queue offsets may have moved),
-    and the offset where the walk stopped (just after the last complete record).
+    record whose bytes are not all there yet (a replica mid-transfer) ends the walk quietly. ``replicated``: the
+    bytes came from a master (``append_raw``): the ``replicated_only`` dispatchers get each record the consume
+    queue lacked too, after the others. Returns how many records were dispatched, the ``(topic, queue_id)`` of every
+    record walked (their queue offsets may have moved), and the offset where the walk stopped (just after the last
+    complete record).
     """
     files = commit_log.queue.files
     queue = dispatchers.queue
     checks = [(d, getattr(d, "has_dispatched", None)) for d in dispatchers]
+    followers = dispatchers.replicated_calls if replicated else ()
     count = 0
     walked: set[tuple[str, int]] = set()
     start = end = max(start, commit_log.min_offset)
@@ -98,5 +127,11 @@ def dispatch_range(
                     d.dispatch(request)
                 except Exception:
                     log.exception("dispatcher %s failed on the record at %d", d.name, h.pos)
+            if queue_missing:
+                for call in followers:
+                    try:
+                        call(request)
+                    except Exception:
+                        log.exception("dispatcher %r failed on the replicated record at %d", call, h.pos)
             count += 1
     return count, walked, end

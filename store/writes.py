@@ -28,12 +28,17 @@ from .format import (
     java_string_hash,
 )
 from .results import AppendMessageResult, PutMessageResult, PutMessageStatus
+from .reput import DeriveTagsCode
 
 log = logging.getLogger("pyrmq.store.message_store")
 
 
 #: tags codes remembered (tags strings repeat: a topic has a handful)
 MAX_TAGS_CODES = 65536
+
+
+def _first(derived: int | None, preset: int | None) -> int | None:
+    return preset if derived is None else derived
 
 
 class StoreWrites:
@@ -46,6 +51,8 @@ class StoreWrites:
     _sync_flush: bool
     _sync_timeout: float
     _tags_codes: dict[str, int]
+    #: topic -> how its tags code is derived at the append (the tags-code resolver's table; empty without one)
+    _derive_tags: dict[str, DeriveTagsCode]
     #: why writes are refused (not loaded, closing), None when the store is up
     _unavailable: str | None
     #: why writes are refused for lack of disk (set by retention), None when there is room
@@ -97,7 +104,7 @@ class StoreWrites:
         return self.put_one(
             record.topic, record.queue_id, record.body, record.flag, record.properties, props, record.sys_flag,
             record.born_timestamp, record.born_host, record.store_host, record.reconsume_times,
-            record.prepared_transaction_offset, record.tags_code,
+            record.prepared_transaction_offset, record.tags_code, derive=self._derive_tags.get(record.topic),
         )
 
     def put_one(
@@ -115,12 +122,16 @@ class StoreWrites:
         reconsume_times: int = 0,
         prepared_offset: int = 0,
         tags_code: int | None = None,
+        *,
+        derive: DeriveTagsCode | None = None,
     ) -> PutMessageResult:
         """Append one message given as its fields and hand its :class:`~pyrmq.store.dispatch.DispatchRequest` to
         every dispatcher, in order (their ``dispatch`` methods called directly: no pluggy, no type test per
         message). ``properties`` is what the dispatchers read (KEYS, UNIQ_KEY, TAGS), ``props`` the same properties
-        encoded as stored; ``tags_code`` (None: the hash of TAGS) is the consume-queue unit's. The broker's
-        single-send path calls it with no record object; :meth:`put_message` with a record's fields."""
+        encoded as stored. The consume-queue unit's tags code is ``derive(properties, store_timestamp)`` when a
+        derivation is given and answers (the record's topic is one the tags-code resolver derives), else
+        ``tags_code``, else (None) the hash of TAGS. The broker's single-send path calls it with no record object;
+        :meth:`put_message` with a record's fields and its topic's derivation."""
         if self._refusal is not None:
             return self._refused()
         try:
@@ -133,6 +144,10 @@ class StoreWrites:
         except OSError as exc:
             log.exception("append failed")
             return PutMessageResult(PutMessageStatus.UNKNOWN_ERROR, None, f"append failed: {exc}")
+        if derive is not None:
+            derived = derive(properties, res.store_timestamp)
+            if derived is not None:
+                tags_code = derived
         if tags_code is None:
             tags = properties.get(PROPERTY_TAGS)
             tags_code = (self._tags_codes.get(tags) or self._tags_code(tags)) if tags else 0
@@ -168,8 +183,11 @@ class StoreWrites:
         keys = []
         uniq_keys = []
         props = [record.properties for record in records]
+        derive = self._derive_tags.get(records[0].topic)
         for record, properties in zip(records, props):
             tags_code = record.tags_code
+            if derive is not None:
+                tags_code = _first(derive(properties, res.store_timestamp), tags_code)
             if tags_code is None:
                 tags = properties.get(PROPERTY_TAGS)
                 tags_code = (codes.get(tags) or self._tags_code(tags)) if tags else 0
@@ -215,6 +233,7 @@ class StoreWrites:
         tags_codes = []
         keys = []
         uniq_keys = []
+        derive = self._derive_tags.get(topic)
         for props in raw:
             # one decode and split per message (find_property's rules: a later duplicate wins, empty is absent)
             found = {}
@@ -222,8 +241,11 @@ class StoreWrites:
                 name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
                 if sep:
                     found[name] = value
-            tags = found.get(PROPERTY_TAGS)
-            tags_codes.append((codes.get(tags) or self._tags_code(tags)) if tags else 0)
+            tags_code = derive(found, res.store_timestamp) if derive is not None else None
+            if tags_code is None:
+                tags = found.get(PROPERTY_TAGS)
+                tags_code = (codes.get(tags) or self._tags_code(tags)) if tags else 0
+            tags_codes.append(tags_code)
             keys.append(found.get(PROPERTY_KEYS) or None)
             uniq_keys.append(found.get(PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX) or None)
         self.dispatchers.dispatch_columns(DispatchBatch(

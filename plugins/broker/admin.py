@@ -195,9 +195,15 @@ class AdminProcessor:
         return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"groupList": sorted(groups)}).encode())
 
     async def consume_stats(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
-        """ConsumeStats: per queue broker offset, consumer offset (lag = difference) (mqadmin consumerProgress)."""
+        """ConsumeStats: per queue broker offset, consumer offset (lag = difference) (mqadmin consumerProgress).
+
+        A POP group's consumer offset is "popped up to" (5.x), so its lag counts never-popped messages; pyrmq adds
+        ``inflight`` (popped, neither acked nor revived) to each queue the group pops, from the POP plugin (a key
+        Java's ConsumeStats ignores)."""
         h = ConsumeStatsHeader.from_ext_fields(request.ext_fields)
         ctx = self.ctx
+        pop = ctx.kernel.plugin("pop")  # the POP plugin, when the bundle has it: its in-flight counts
+        popped = getattr(pop, "popped_queue", None)
         info = ctx.consumers.groups.get(h.consumer_group)
         topics = {h.topic} if h.topic else set(info.subscriptions) if info else set()
         topics |= {t for t in ctx.topics.table if h.consumer_group in ctx.offsets.groups_of_topic(t)} if not h.topic else set()
@@ -212,11 +218,14 @@ class AdminProcessor:
                 consumer_offset = max(ctx.offsets.query(h.consumer_group, topic, qid), 0)
                 total_diff += broker_offset - consumer_offset
                 last = ctx.store.get_message_store_timestamp(topic, qid, consumer_offset - 1) if consumer_offset > 0 else 0
-                table[_mq_key(ctx, topic, qid)] = {
+                entry = table[_mq_key(ctx, topic, qid)] = {
                     "brokerOffset": broker_offset,
                     "consumerOffset": consumer_offset,
                     "lastTimestamp": last,
                 }
+                inflight = popped(h.consumer_group, topic, qid) if popped is not None else None
+                if inflight is not None:
+                    entry["inflight"] = inflight
         body = {"consumeTps": ctx.stats.group_tps(h.consumer_group, h.topic), "offsetTable": table}
         return request.make_response(ResponseCode.SUCCESS, body=fastjson.dumps(body, style=fastjson.FASTJSON))
 

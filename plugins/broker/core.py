@@ -44,6 +44,7 @@ from pyrmq.store.config import StoreConfig
 from pyrmq.store.config_files import ConfigFile, config_path
 from pyrmq.store.errors import StoreError
 from pyrmq.store.message_store import MessageStore
+from pyrmq.store.reput import TagsCodeResolver
 
 log = logging.getLogger("pyrmq.broker")
 
@@ -271,6 +272,20 @@ def register_feature(kernel: Any, name: str, make: Callable[[BrokerContext], F])
     return feature
 
 
+def tags_code_resolver(schedulers: Any) -> TagsCodeResolver | None:
+    """The store's tags-code resolver from the schedulers that park under a topic of their own (``parking_topic``
+    and ``tags_code``, :class:`pyrmq.kernel.types.Scheduler`); None when none does."""
+    table = {}
+    for scheduler in schedulers:
+        topic = getattr(scheduler, "parking_topic", None)
+        derive = getattr(scheduler, "tags_code", None)
+        if topic and callable(derive):
+            if topic in table:
+                raise ConfigError(f"schedulers {table[topic][0]!r} and {scheduler.name!r} both park under {topic}")
+            table[topic] = (scheduler.name, derive)
+    return TagsCodeResolver({topic: derive for topic, (_, derive) in table.items()}) if table else None
+
+
 @hookimpl(trylast=True)
 def pyrmq_register_settings() -> dict[str, type]:
     return {"broker": BrokerSettings}
@@ -293,6 +308,9 @@ async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
     # the store's list starts with its own consume-queue and index dispatchers; the features' come from the hook
     for dispatcher in kernel.store_dispatchers:
         store.add_dispatcher(dispatcher)
+    # a scheduler's parking topic keeps the tags code the scheduler derives (the delivery time), however the store
+    # dispatches its records: at the append, at recovery, on a replica, after a truncation
+    store.set_tags_code_resolver(tags_code_resolver(kernel.schedulers))
     report = await trio.to_thread.run_sync(store.load)
     log.info("store %s recovered: %s", ctx.settings.store_root, report)
     await nursery.start(store.run)

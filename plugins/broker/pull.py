@@ -21,10 +21,11 @@ import trio
 
 from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.kernel import Kernel
+from pyrmq.kernel.types import Processor, StoreDispatcher
 from pyrmq.kernel.settings import at_least, setting
 from pyrmq.plugins.broker.consumer_filter import RETRY_GROUP_TOPIC_PREFIX, FilterResultsDispatcher, RetryTopicFilter, is_tag_type
-from pyrmq.plugins.broker.core import BROKER
+from pyrmq.plugins.broker.core import register_feature
 from pyrmq.plugins.broker.topics import is_readable
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -195,11 +196,27 @@ class PullSettings:
 
 
 class PullMessageProcessor:
+    """PULL_MESSAGE and its long polling; registered as a plugin (``broker.pull``)."""
+
     def __init__(self, ctx: Any, settings: PullSettings) -> None:
         self.ctx = ctx
         self.settings = settings
         check = 5.0 if settings.longPollingEnable else settings.shortPollingTimeMills / 1000
         self.hold = PullRequestHoldService(self, check)
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_processors(self, role: str) -> dict[int, Processor] | None:
+        return {RequestCode.PULL_MESSAGE: self} if role == "broker" else None
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_store_dispatchers(self) -> list[StoreDispatcher]:
+        if not self.ctx.settings.enablePropertyFilter:
+            return [self.hold]  # no SQL92 pulls to serve: nothing to evaluate at dispatch
+        return [self.hold, FilterResultsDispatcher(self.ctx.consumer_filters)]
+
+    @hookimpl(trylast=True)
+    async def pyrmq_serve(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self.hold.run)
 
     def _error(self, request: RemotingCommand, code: int, remark: str) -> RemotingCommand:
         return request.make_response(code, remark)
@@ -333,42 +350,13 @@ class PullMessageProcessor:
 
 # -- plugin ------------------------------------------------------------------------------------------------------
 
-PULL = StateKey[PullMessageProcessor]("broker.pull")
-
-
 @hookimpl(trylast=True)
 def pyrmq_register_settings() -> dict[str, type]:
     return {"broker": PullSettings}
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
-    ctx = kernel.state.find(BROKER)
-    if ctx is not None:
-        processor = kernel.state.put(PULL, PullMessageProcessor(ctx, kernel.settings(PullSettings)))
-        ctx.consumer_filters.listeners.append(processor.hold.filter_changed)
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    processor = kernel.state.find(PULL)
-    if role != "broker" or processor is None:
-        return None
-    return {RequestCode.PULL_MESSAGE: processor}
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_store_dispatchers(kernel: Any) -> list[Any] | None:
-    processor = kernel.state.find(PULL)
-    if processor is None:
-        return None
-    if not processor.ctx.settings.enablePropertyFilter:
-        return [processor.hold]  # no SQL92 pulls to serve: nothing to evaluate at dispatch
-    return [processor.hold, FilterResultsDispatcher(processor.ctx.consumer_filters)]
-
-
-@hookimpl(trylast=True)
-async def pyrmq_serve(kernel: Any, nursery: trio.Nursery) -> None:
-    processor = kernel.state.find(PULL)
+def pyrmq_configure(kernel: Kernel) -> None:
+    processor = register_feature(kernel, "broker.pull", lambda ctx: PullMessageProcessor(ctx, kernel.settings(PullSettings)))
     if processor is not None:
-        await nursery.start(processor.hold.run)
+        processor.ctx.consumer_filters.listeners.append(processor.hold.filter_changed)

@@ -12,9 +12,10 @@ from typing import Any
 import attrs
 
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.kernel import StateKey
+from pyrmq.kernel.kernel import Kernel
+from pyrmq.kernel.types import Processor
 from pyrmq.kernel.settings import at_least, setting
-from pyrmq.plugins.broker.core import BROKER, BrokerContext
+from pyrmq.plugins.broker.core import BrokerContext, register_feature
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
@@ -31,9 +32,17 @@ class QuerySettings:
 
 
 class QueryProcessor:
+    """QUERY_MESSAGE and VIEW_MESSAGE_BY_ID; registered as a plugin (``broker.query``)."""
+
     def __init__(self, ctx: BrokerContext, settings: QuerySettings) -> None:
         self.ctx = ctx
         self.settings = settings
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_processors(self, role: str) -> dict[int, Processor] | None:
+        if role != "broker":
+            return None
+        return {RequestCode.QUERY_MESSAGE: self.query_message, RequestCode.VIEW_MESSAGE_BY_ID: self.view_message_by_id}
 
     async def query_message(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         h = QueryMessageRequestHeader.from_ext_fields(request.ext_fields)
@@ -63,24 +72,11 @@ class QueryProcessor:
         return request.make_response(ResponseCode.SUCCESS, body=record)
 
 
-QUERY = StateKey[QueryProcessor]("broker.query")
-
-
 @hookimpl(trylast=True)
 def pyrmq_register_settings() -> dict[str, type]:
     return {"broker": QuerySettings}
 
 
 @hookimpl(trylast=True)
-def pyrmq_configure(kernel: Any) -> None:
-    ctx = kernel.state.find(BROKER)
-    if ctx is not None:
-        kernel.state.put(QUERY, QueryProcessor(ctx, kernel.settings(QuerySettings)))
-
-
-@hookimpl(trylast=True)
-def pyrmq_register_processors(kernel: Any, role: str) -> dict[int, Any] | None:
-    p = kernel.state.find(QUERY)
-    if role != "broker" or p is None:
-        return None
-    return {RequestCode.QUERY_MESSAGE: p.query_message, RequestCode.VIEW_MESSAGE_BY_ID: p.view_message_by_id}
+def pyrmq_configure(kernel: Kernel) -> None:
+    register_feature(kernel, "broker.query", lambda ctx: QueryProcessor(ctx, kernel.settings(QuerySettings)))

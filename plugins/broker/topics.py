@@ -19,14 +19,15 @@ from pyrmq.remoting.vocabulary import (  # noqa: F401 - the topic names are used
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    TRACE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
     Permission,
 )
 
 log = logging.getLogger("pyrmq.broker.topics")
 
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 #: topics a producer may not send to directly (spec 2.4)
 NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
 MAX_TOPIC_LENGTH = 127
@@ -152,7 +153,7 @@ class TopicConfigManager:
         if s.autoCreateTopicEnable:
             builtins.append(TopicConfig(AUTO_CREATE_TOPIC_KEY, s.defaultTopicQueueNums, s.defaultTopicQueueNums, 7))
         if s.traceTopicEnable:
-            builtins.append(TopicConfig("RMQ_SYS_TRACE_TOPIC", 1, 1))
+            builtins.append(TopicConfig(TRACE_TOPIC, 1, 1))
         for config in builtins:
             self.table.setdefault(config.topic_name, config)
         template = self.table.get(AUTO_CREATE_TOPIC_KEY)

@@ -366,9 +366,11 @@ class Dashboard:
         else:
             body += "<p>No member online.</p>"
         body += "<h2>Progress</h2>" + table(
-            ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "last consumed message stored"],
-            [(p.topic, p.broker_name, p.queue_id, p.broker_offset, p.consumer_offset, p.lag, fmt_ms(p.last_timestamp)) for p in progress],
-            num=(2, 3, 4, 5), cls="progress")
+            ["topic", "broker", "queue", "broker offset", "consumer offset", "lag", "in flight",
+             "last consumed message stored"],
+            [(p.topic, p.broker_name, p.queue_id, p.broker_offset, p.consumer_offset, p.lag, p.inflight,
+              fmt_ms(p.last_timestamp)) for p in progress],
+            num=(2, 3, 4, 5, 6), cls="progress")
         total = sum(p.lag for p in progress)
         width = 600
         top = max([p.lag for p in progress] + [1])
@@ -377,6 +379,10 @@ class Dashboard:
             f'height="{p.lag * 90 // top}" fill="#c73"><title>{e(p.topic)} {e(p.broker_name)}/{p.queue_id}: {p.lag}</title></rect>'
             for i, p in enumerate(progress))
         body += f'<p id="group-lag">total lag {total}</p><svg class="chart" width="{width}" height="100">{bars}</svg>'
+        inflight = sum(p.inflight for p in progress)
+        if inflight:
+            body += (f'<p id="group-inflight">{inflight} popped and not acked yet (POP consumers: they come back after '
+                     'their invisible time unless acked)</p>')
         topics = sorted({p.topic for p in progress if not p.topic.startswith("%RETRY%")})
         options = "".join(f'<option value="{e(t)}">{e(t)}</option>' for t in topics)
         now = local_input(int(time.time() * 1000))

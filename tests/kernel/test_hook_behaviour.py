@@ -247,11 +247,13 @@ async def test_a_store_dispatcher_sees_every_appended_record_in_order(start_role
     kernel = await start_role("broker", extra_plugins=[plugin])
     addr = kernel.listening["broker"]
     # the hook collects the features' dispatchers; the store's own list puts its consume queue and index first
-    assert [d.name for d in kernel.store_dispatchers] == ["audit", "long-polling", "ha-transfer-wakeup"]
+    assert [d.name for d in kernel.store_dispatchers] == [
+        "audit", "long-polling", "pop-long-polling", "ha-transfer-wakeup", "delay-copies", "timer-copies"]
     from pyrmq.plugins.broker.core import BROKER
 
     store = kernel.state.get(BROKER).store
-    assert [d.name for d in store.dispatchers] == ["consume_queue", "index", "audit", "long-polling", "ha-transfer-wakeup"]
+    assert [d.name for d in store.dispatchers] == ["consume_queue", "index", "audit", "long-polling", "pop-long-polling",
+                                                   "ha-transfer-wakeup"]
     for i in range(3):
         assert (await remoting_client.invoke(addr, send_request("TA", b"m%d" % i, queue_id=1))).code == 0
     assert plugin.audit.seen == [("TA", 1, 0), ("TA", 1, 1), ("TA", 1, 2)]

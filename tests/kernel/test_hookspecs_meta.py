@@ -38,6 +38,7 @@ def test_every_hook_is_prefixed_and_listed():
         "pyrmq_make_replicator", "pyrmq_register_allocate_strategies", "pyrmq_check_transaction",
         "pyrmq_add_options", "pyrmq_apply_options", "pyrmq_run_instead", "pyrmq_register_settings",
         "pyrmq_role_changed", "pyrmq_make_flush_policy", "pyrmq_register_schedulers", "pyrmq_register_metric_collectors",
+        "pyrmq_register_slave_sync",
     }
 
 

@@ -211,3 +211,36 @@ async def test_delayed_send_over_the_wire(start_role, remoting_client):
     [m] = decode_messages(r.body_bytes())
     assert m.body == b"delayed" and m.store_timestamp - p.store_timestamp >= 1000
     assert "DELAY" not in m.properties and m.properties["KEYS"] == "k" and m.properties["REAL_TOPIC"] == "TD"
+
+
+async def test_recovery_rebuilds_parked_units_with_their_delivery_time(start_role, remoting_client, tmp_path, until):
+    """Issue 25, defect 1: a broker whose consume queues are lost rebuilds them from the commit log at start; the
+    parked delayed and timed messages' units hold their delivery time again (store time + level delay,
+    TIMER_DELIVER_MS), not the hash of their TAGS."""
+    import shutil
+
+    from pyrmq.plugins.broker.core import BROKER
+    from pyrmq.plugins.broker.timer import TIMER_TOPIC
+
+    overrides = {"broker.storePathRootDir": str(tmp_path / "rebuilt"), "broker.messageDelayLevel": "1h 2h"}
+    kernel = await start_role("dev", overrides)
+    addr = kernel.listening["broker"]
+    due = int(time.time() * 1000) + 3_600_000
+    for props in ({"DELAY": "2", "TAGS": "a"}, {"TIMER_DELIVER_MS": str(due), "TAGS": "b"}):
+        assert (await remoting_client.invoke(addr, _send("TR", b"parked", props))).code == ResponseCode.SUCCESS
+    store = kernel.state.get(BROKER).store
+    before = {key: store.consume_queues.get(*key).get_unit(0) for key in ((SCHEDULE_TOPIC, 1), (TIMER_TOPIC, 0))}
+    [parked] = decode_messages((await remoting_client.invoke(addr, _pull(SCHEDULE_TOPIC, 1))).body_bytes())
+    assert before[(SCHEDULE_TOPIC, 1)][2] == parked.store_timestamp + 2 * 3_600_000
+    assert before[(TIMER_TOPIC, 0)][2] == due
+    kernel.request_stop()
+    remoting_client.close_connection(addr)
+    await until(lambda: _closed(store), "the first broker stopped")
+    shutil.rmtree(tmp_path / "rebuilt" / "consumequeue")
+    again = await start_role("dev", overrides)
+    rebuilt = again.state.get(BROKER).store
+    assert {key: rebuilt.consume_queues.get(*key).get_unit(0) for key in before} == before
+
+
+async def _closed(store) -> bool:
+    return store._closed

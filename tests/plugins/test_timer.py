@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyrmq.plugins.broker.timer import TIMER_TOPIC, TimerService
-from pyrmq.plugins.broker.timer_wheel import SEGMENT_SIZE, TimingWheel, ceil_sec
+from pyrmq.plugins.broker.timer.wheel import SEGMENT_SIZE, TimingWheel, ceil_sec
 from pyrmq.store import GetMessageStatus, MessageRecord, MessageStore, StoreConfig, decode_messages
 
 BASE_MS = 1_700_000_000_000
@@ -215,3 +215,35 @@ async def test_restart_after_downtime_delivers_overdue_ones_once_right_after_sta
     assert len(read_all(store, "T")) == 40 and third.wheel.size == 0
     third.close()
     store.close()
+
+
+def _send(topic, body, props):
+    import time
+
+    from pyrmq.remoting.codes import RequestCode
+    from pyrmq.remoting.command import RemotingCommand
+    from pyrmq.store.format import encode_properties
+
+    fields = {"a": "pg", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0, "g": int(time.time() * 1000),
+              "h": 0, "i": encode_properties(props), "j": 0, "k": False}
+    return RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
+
+
+async def test_the_limit_is_timerMaxDelaySec_or_the_plugin_tables_older_key(start_role, remoting_client, tmp_path):
+    from pyrmq.kernel.bundles import packaged_bundle_path
+    from pyrmq.remoting.codes import ResponseCode
+
+    kernel = await start_role("broker", {"broker.timerMaxDelaySec": 3600})
+    addr = kernel.listening["broker"]
+    refused = await remoting_client.invoke(addr, _send("TL", b"x", {"TIMER_DELAY_SEC": "7200"}))
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL and "at most 0.0416667 days" in refused.remark
+    assert (await remoting_client.invoke(addr, _send("TL", b"x", {"TIMER_DELAY_SEC": "600"}))).code == ResponseCode.SUCCESS
+    # [plugins."pyrmq.plugins.broker.timer"] max_delay_days, the key from before, wins when set
+    bundle = tmp_path / "older-key.toml"
+    bundle.write_text(packaged_bundle_path("broker").read_text()
+                      + '\n[plugins."pyrmq.plugins.broker.timer"]\nmax_delay_days = 2\n')
+    older = await start_role(str(bundle), {"broker.timerMaxDelaySec": 3600})
+    addr = older.listening["broker"]
+    assert (await remoting_client.invoke(addr, _send("TL", b"x", {"TIMER_DELAY_SEC": "7200"}))).code == ResponseCode.SUCCESS
+    refused = await remoting_client.invoke(addr, _send("TL", b"x", {"TIMER_DELAY_SEC": str(3 * DAY_S)}))
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL and "at most 2 days" in refused.remark

@@ -18,10 +18,10 @@ from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.signing import ACCESS_KEY, SIGNATURE, signature_of
+from pyrmq.remoting.vocabulary import TRACE_TOPIC
 
 from .rules import PUB, RETRY_PREFIX, SUB, Account, AclRules, canonical_host, check_permission, perm_text, retry_topic
 
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 #: requests only an admin account may make: RocketMQ's five, and (pyrmq) the ACL management RPCs 50-53
 ADMIN_CODES = frozenset({

@@ -29,7 +29,6 @@ from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import ProtocolError, RemotingError
-from pyrmq.store.config_files import DelayOffsetFile, config_path
 
 log = logging.getLogger("pyrmq.broker.ha")
 
@@ -250,8 +249,9 @@ class AutoSwitchSession(_Session):
 
 
 class MetadataSync:
-    """SlaveSynchronize: topics and subscription groups (replaced when the master's DataVersion differs), consumer
-    offsets and delay offsets, from the master's broker address, every ``interval`` seconds (first after ``first`` seconds)."""
+    """SlaveSynchronize: topics and subscription groups (replaced when the master's DataVersion differs) and consumer
+    offsets from the master's broker address, then the steps features contribute (``pyrmq_register_slave_sync``: the
+    delay levels' offsets), every ``interval`` seconds (first after ``first`` seconds)."""
 
     def __init__(self, ctx: Any, master_addr: Callable[[], str], *, interval: float, first: float) -> None:
         self.ctx = ctx
@@ -259,7 +259,8 @@ class MetadataSync:
         self.interval = interval
         self.first = first
         self.rounds = 0
-        self.delay_offsets: dict[int, int] | None = None
+        #: what features copy from the master besides the core's documents, in name order
+        self.steps = ctx.kernel.hooks.register_slave_sync(ctx.kernel)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -299,11 +300,16 @@ class MetadataSync:
         offsets = await self._get(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
         ctx.offsets.load(offsets)
         ctx.offsets.persist()
-        # delayOffset.json written as the master's, as SlaveSynchronize.syncDelayOffset does (read at start as master)
-        delay = await self._get(addr, RequestCode.GET_ALL_DELAY_OFFSET)
-        table = {int(k): int(v) for k, v in (delay.get("offsetTable") or {}).items()}
-        if table != self.delay_offsets:
-            DelayOffsetFile(config_path(str(ctx.settings.store_root), "delayOffset.json")).save_table(table)
-            self.delay_offsets = table
+
+        async def fetch(code: int) -> Any:
+            return await self._get(addr, code)
+
+        for step in self.steps:
+            try:
+                await step.sync(fetch)
+            except RemotingError:
+                raise
+            except Exception as exc:  # a feature's failure fails this round, not the slave
+                raise ValueError(f"step {step.name}: {exc!r}") from exc
 
 

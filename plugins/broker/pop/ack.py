@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from pyrmq.plugins.broker.pop.fifo import NOT_FOUND, OTHER_POP
 from pyrmq.plugins.broker.pop.journal import now_ms
 from pyrmq.plugins.broker.pop.pop import APPLY_TOPIC_URL, peer
-from pyrmq.plugins.broker.pop.records import CheckPoint, CheckPointKey
+from pyrmq.plugins.broker.pop.records import CheckPoint, CheckPointKey, QueueKey
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError
@@ -109,14 +109,16 @@ class AckProcessor:
             self._check_queue(connection, h.topic, h.queue_id, h.offset, change=False)
             handle = self._handle(h.extra_info)
             pop.ensure_ready()
+            commits: list[tuple[QueueKey, int]] = []
             if handle.is_order:
-                end = self._ack_orderly(connection, h.topic, h.consumer_group, h.queue_id, h.offset, handle.pop_time)
+                end = self._ack_orderly(connection, h.topic, h.consumer_group, h.queue_id, h.offset, handle.pop_time,
+                                        commits)
             else:
                 key = (h.topic, h.consumer_group, h.queue_id, handle.ck_queue_offset, handle.pop_time)
                 end = self._ack_checkpoint(key, [h.offset], batch=False)
         except Refused as refused:
             return request.make_response(refused.code, refused.remark)
-        return pop.answer(connection, request.make_response(ResponseCode.SUCCESS, None), end)
+        return pop.answer(connection, request.make_response(ResponseCode.SUCCESS, None), end, commits)
 
     def _ack_checkpoint(self, key: CheckPointKey, offsets: list[int], *, batch: bool) -> int:
         """Ack ``offsets`` of an open checkpoint: write the record, then mark them; the record's end offset (0 when
@@ -125,8 +127,8 @@ class AckProcessor:
         ck = pop.ledger.open.get(key)
         if ck is None:
             return 0
-        diffs = set(ck.diffs)
-        pending = [o for o in offsets if o - ck.start_offset in diffs and o in ck.unacked()]
+        in_flight = set(ck.unacked())
+        pending = [o for o in offsets if o in in_flight]
         if not pending:
             return 0
         result = pop.write_ack(ck, pending, batch=batch)
@@ -138,8 +140,10 @@ class AckProcessor:
         pop.acked += len(pending)
         return result.append.end_offset if result.append is not None else 0
 
-    def _ack_orderly(self, connection: Any, topic: str, group: str, queue_id: int, offset: int, pop_time: int) -> int:
-        """``ackOrderly``: the FIFO queue's state takes the ack; its record's end offset (0: nothing changed)."""
+    def _ack_orderly(self, connection: Any, topic: str, group: str, queue_id: int, offset: int, pop_time: int,
+                     commits: list[tuple[QueueKey, int]]) -> int:
+        """``ackOrderly``: the FIFO queue's state takes the ack; its record's end offset (0: nothing changed). The
+        queue's new committed offset goes to ``commits`` (committed once the record is durable)."""
         pop = self.pop
         key = (topic, group, queue_id)
         old = self.ctx.offsets.query(group, topic, queue_id)
@@ -162,7 +166,8 @@ class AckProcessor:
                 raise Refused(ResponseCode.SYSTEM_ERROR, "the ack was not stored: the revive topic refused the write")
             end = pop.last_end
             pop.acked += 1
-        pop.offsets.set(key, nxt)
+        pop.offsets.set(key, nxt, commit=False)
+        commits.append((key, -nxt - 1))  # exactly this offset (PopService.apply_commits)
         if state is None or not state.blocks(None, now_ms()):
             pop.polling.notify(topic, group, queue_id)
             pop.polling.notify(topic, group, -1)
@@ -187,6 +192,7 @@ class AckProcessor:
         pop.ensure_ready()
         store = self.ctx.store
         end = 0
+        commits: list[tuple[QueueKey, int]] = []
         try:
             for b in acks:
                 topic = real_topic(b.topic, b.consumer_group, b.retry)
@@ -198,13 +204,13 @@ class AckProcessor:
                 if b.revive_queue_id == 999:
                     for offset in offsets:
                         end = max(end, self._ack_orderly(connection, topic, b.consumer_group, b.queue_id, offset,
-                                                         b.pop_time))
+                                                         b.pop_time, commits))
                 else:
                     key = (topic, b.consumer_group, b.queue_id, b.start_offset, b.pop_time)
                     end = max(end, self._ack_checkpoint(key, offsets, batch=True))
         except Refused as refused:
             return request.make_response(refused.code, refused.remark)
-        return pop.answer(connection, request.make_response(ResponseCode.SUCCESS, None), end)
+        return pop.answer(connection, request.make_response(ResponseCode.SUCCESS, None), end, commits)
 
     # -- CHANGE_MESSAGE_INVISIBLETIME ---------------------------------------------------------------------------
 

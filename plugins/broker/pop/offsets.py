@@ -87,10 +87,12 @@ class PopOffsets:
         if offset > self.next.get(key, -1):
             self.next[key] = offset
 
-    def set(self, key: QueueKey, offset: int) -> None:
-        """Start the next pop at ``offset`` and commit it (FIFO: the batch start or the next unacked offset)."""
+    def set(self, key: QueueKey, offset: int, *, commit: bool = True) -> None:
+        """Start the next pop at ``offset`` and commit it (FIFO: the batch start or the next unacked offset);
+        ``commit=False``: the caller commits once the record saying so is durable."""
         self.next[key] = offset
-        self.commit(key, offset)
+        if commit:
+            self.commit(key, offset)
 
     def commit(self, key: QueueKey, offset: int) -> None:
         topic, group, queue_id = key

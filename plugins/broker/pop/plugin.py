@@ -215,22 +215,40 @@ class PopService:
     # -- answers -----------------------------------------------------------------------------------------------------
 
     def apply_commits(self, commits: list[tuple[QueueKey, int]]) -> None:
+        """Commit consumer offsets: a checkpoint's next offset (only ever forward), or a FIFO queue's (negative:
+        exactly, ``-(offset + 1)``)."""
         for key, offset in commits:
-            self.offsets.commit_forward(key, offset)
+            if offset < 0:
+                self.offsets.commit(key, -offset - 1)
+            else:
+                self.offsets.commit_forward(key, offset)
 
-    def answer(self, connection: Any, response: RemotingCommand, end: int) -> RemotingCommand | None:
-        """``response`` now, or (SYNC_FLUSH, SYNC_MASTER) once the records up to ``end`` are durable."""
+    def answer(self, connection: Any, response: RemotingCommand, end: int,
+               commits: list[tuple[QueueKey, int]] | None = None) -> RemotingCommand | None:
+        """An ACK / BATCH_ACK / CHANGE answer: now (committing ``commits``), or with SYNC_FLUSH / SYNC_MASTER once the
+        records up to ``end`` are durable; when they do not become durable in time it is FLUSH_DISK_TIMEOUT /
+        FLUSH_SLAVE_TIMEOUT, as a send's (the record is stored here, not yet where a crash or failover keeps it)."""
         if end and self.journal.waits:
-            connection.start_soon(self.answer_when_durable, connection, response, end, [])
+            connection.start_soon(self.answer_when_durable, connection, response, end, commits or [], True)
             return None
+        self.apply_commits(commits or [])
         return response
 
     async def answer_when_durable(self, connection: Any, response: RemotingCommand, end: int,
-                                  commits: list[tuple[QueueKey, int]]) -> None:
+                                  commits: list[tuple[QueueKey, int]], strict: bool = False) -> None:
+        """Send ``response`` once the records up to ``end`` are durable, then commit ``commits``. A POP answer goes
+        out either way (its messages come back after their invisible time if its checkpoint is lost); an ack
+        (``strict``) says it was not made durable."""
         if await self.journal.durable(end):
             self.apply_commits(commits)
         else:
             log.warning("POP records up to commit-log offset %d not durable in time (flush or replication)", end)
+            if strict and response.code == ResponseCode.SUCCESS:
+                code = ResponseCode.FLUSH_SLAVE_TIMEOUT if self.journal.sync_master else ResponseCode.FLUSH_DISK_TIMEOUT
+                what = "replicated" if self.journal.sync_master else "flushed"
+                response.code = code
+                response.remark = f"the ack is stored but was not {what} in time: after a crash or failover the " \
+                                  "message may be delivered again"
         await connection.send_response(response)
 
     def note_held(self, parked: Parked, topic: TopicConfig) -> None:
@@ -243,7 +261,7 @@ class PopService:
         for queue_id in queues:
             key = (parked.topic, parked.group, queue_id)
             if store.get_max_offset_in_queue(parked.topic, queue_id) > self.peek_offset(key, 1):
-                parked.held = True
+                self.polling.hold(parked)
                 return
 
     def peek_offset(self, key: QueueKey, init_mode: int) -> int:
@@ -260,6 +278,14 @@ class PopService:
         key = (topic, group, queue_id)
         state = self.book.states.get(key)
         return max(self.ledger.inflight.get(key, 0), 0) + (state.inflight() if state is not None else 0)
+
+    def popped_queue(self, group: str, topic: str, queue_id: int) -> int | None:
+        """A queue's in-flight messages for ``group`` when this broker pops it for the group, else None (what
+        GET_CONSUME_STATS adds as ``inflight``)."""
+        key = (topic, group, queue_id)
+        if key not in self.offsets.next and key not in self.ledger.inflight and key not in self.book.states:
+            return None
+        return self.inflight(group, topic, queue_id)
 
     def inflight_by_group(self) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}

@@ -68,8 +68,6 @@ class Parked:
     notification: bool = False
     #: waiting in its key's queue (False once woken, answered or dropped)
     waiting: bool = True
-    #: parked while its queue held messages it could not read yet (beyond the store's read bound)
-    held: bool = False
 
     @property
     def key(self) -> str:
@@ -101,6 +99,8 @@ class PopLongPolling:
         self._ready: deque[Parked] = deque()
         self._wake = trio.Event()
         self._bounded = False
+        #: requests parked while their queue held messages they could not read yet (beyond the store's read bound)
+        self._held: set[Parked] = set()
 
     # -- parking ---------------------------------------------------------------------------------------------------
 
@@ -194,17 +194,19 @@ class PopLongPolling:
             for request in batch.requests():
                 self.dispatch(request)
 
+    def hold(self, parked: Parked) -> None:
+        """``parked`` waits while its queue holds messages it cannot read yet: run it again when the bound moves."""
+        self._held.add(parked)
+
     def visible(self, bound: int | None) -> None:
         """The store's read bound moved: requests that could not read their queue's messages run again."""
         self._bounded = bound is not None
-        for table in (self.pops, self.notifications):
-            for waiting in list(table.values()):
-                for parked in list(waiting):
-                    if parked.held:
-                        parked.held = False
-                        self._unpark(parked)
-                        self._ready.append(parked)
-                        self._wake.set()
+        held, self._held = self._held, set()
+        for parked in held:
+            if parked.waiting:
+                self._unpark(parked)
+                self._ready.append(parked)
+                self._wake.set()
 
     @property
     def bounded(self) -> bool:
@@ -264,5 +266,6 @@ class PopLongPolling:
         self.topics.clear()
         self._ready.clear()
         self._deadlines.clear()
+        self._held.clear()
         self.total = 0
         return out

@@ -71,6 +71,8 @@ class ReviveService:
         self.revived_checkpoints = 0
         #: lateness of each revive (ms after the due time; only while a list is assigned: tests and benchmarks)
         self.lateness: list[int] | None = None
+        #: compaction: a live record this many records behind its queue's end (at least) is written again
+        self.compact_records = COMPACT_RECORDS
 
     def note_due(self, due: int) -> None:
         """A checkpoint due at ``due`` was added: wake the service if it sleeps longer."""
@@ -214,7 +216,7 @@ class ReviveService:
         for qid in pop.revive_queues():
             end = store.get_max_offset_in_queue(topic, qid)
             live = pop.ledger.live.get(qid) or {}
-            below = end - max(COMPACT_RECORDS, 4 * len(live))
+            below = end - max(self.compact_records, 4 * len(live))
             for record in list(pop.ledger.oldest(qid, below, COMPACT_BATCH)):
                 if not pop.rewrite(record):
                     break

@@ -1,17 +1,19 @@
-"""The names transactions own on the wire and in the store (RocketMQ's TransactionalMessageUtil and MessageConst).
+"""The names transactions use on the wire and in the store (RocketMQ's TransactionalMessageUtil and MessageConst).
 
-Clients and tools spell some of them on their own (client/transaction.py, topics.NOT_ALLOWED_SEND_TOPICS): they are
-RocketMQ's wire format, not a shared module.
+The topic and property names are RocketMQ's wire vocabulary (remoting/vocabulary.py): clients and tools spell them
+too. What this package owns is what it does with them.
 """
 
 from __future__ import annotations
 
+from pyrmq.remoting.vocabulary import TRANS_CHECK_MAX_TIME_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+
 #: where a half message waits (queue 0), re-addressed by the put interceptor
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+HALF_TOPIC = TRANS_HALF_TOPIC
 #: op records: one per resolved half (tag ``d``, body = the half's queue offset)
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+OP_TOPIC = TRANS_OP_HALF_TOPIC
 #: halves given up after transactionCheckMax checks (1 queue, consumable)
-MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+MAX_TIME_TOPIC = TRANS_CHECK_MAX_TIME_TOPIC
 #: the consumer group whose offsets are the check service's read positions
 SYS_GROUP = "CID_RMQ_SYS_TRANS"
 OP_TAG = "d"

@@ -3,6 +3,7 @@ answers, the slave's store and metadata, and the replicator hook."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -301,3 +302,84 @@ async def test_an_empty_slave_starts_at_the_masters_last_commit_log_file(start_r
     # and it keeps following
     assert (await remoting_client.invoke(maddr, send_request("TEMPTY", b"after"))).code == 0
     await wait_for(lambda: sctx.store.commit_log.max_offset == mctx.store.commit_log.max_offset)
+
+
+# -- what features copy from the master (pyrmq_register_slave_sync) ----------------------------------------------
+
+CURSOR_CODE = 9301
+
+
+class CursorOnMaster:
+    """A feature's master side: a document of its own behind a request code (as GET_ALL_DELAY_OFFSET is)."""
+
+    def __init__(self) -> None:
+        self.cursor = 7
+
+    @hookimpl
+    def pyrmq_register_processors(self, kernel, role):
+        async def cursor(connection, request):
+            return request.make_response(ResponseCode.SUCCESS, body=json.dumps({"cursor": self.cursor}).encode())
+
+        return {CURSOR_CODE: cursor} if role == "broker" else None
+
+
+class CursorStep:
+    name = "audit-cursor"
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    async def sync(self, fetch):
+        self.seen.append((await fetch(CURSOR_CODE))["cursor"])
+
+
+class CursorOnSlave:
+    def __init__(self) -> None:
+        self.step = CursorStep()
+
+    @hookimpl
+    def pyrmq_register_slave_sync(self, kernel):
+        return [self.step]
+
+
+@pytest.mark.hook("pyrmq_register_slave_sync")
+async def test_a_feature_adds_a_step_to_the_slaves_metadata_sync(start_role, tmp_path):
+    """The slave's metadata sync runs every feature's step each round against its master: the HA plugin knows none
+    of them (the delay levels' offsets come the same way)."""
+    on_master, on_slave = CursorOnMaster(), CursorOnSlave()
+    master = await start_role("dev", {"broker.brokerRole": "ASYNC_MASTER"}, extra_plugins=[on_master])
+    slave = await start_role(fast_sync_bundle(tmp_path, "broker"), {
+        "broker.brokerRole": "SLAVE", "broker.brokerId": 1, "broker.namesrvAddr": master.listening["namesrv"],
+    }, extra_plugins=[on_slave])
+    sync = slave.state.get(BROKER).replicator.sync
+    assert [step.name for step in sync.steps] == ["audit-cursor", "delay-offsets"]
+    await wait_for(lambda: 7 in on_slave.step.seen)
+    on_master.cursor = 8
+    await wait_for(lambda: on_slave.step.seen[-1:] == [8])
+    assert sync.rounds >= 2
+
+
+async def test_a_slave_derives_the_tags_code_of_replicated_parked_messages_as_the_master(start_role, remoting_client,
+                                                                                        tmp_path):
+    """Issue 25, defect 1: a parked delayed or timed message's consume-queue unit holds its delivery time on the
+    slave as on the master (the store's tags-code resolver, built from the schedulers, applies to replicated bytes),
+    not the hash of its TAGS."""
+    from pyrmq.plugins.broker.timer import TIMER_TOPIC
+    from pyrmq.remoting.vocabulary import SCHEDULE_TOPIC
+
+    master, slave = await master_and_slave(start_role, tmp_path, role="ASYNC_MASTER")
+    mctx, sctx = master.state.get(BROKER), slave.state.get(BROKER)
+    maddr = master.listening["broker"]
+    due = int(time.time() * 1000) + 3_600_000
+    for props in ({"DELAY": "3", "TAGS": "a"}, {"TIMER_DELIVER_MS": str(due), "TAGS": "b"},
+                  {"TIMER_DELAY_SEC": "600", "TAGS": "c"}):
+        assert (await remoting_client.invoke(maddr, send_request("TPARK", b"p", props))).code == ResponseCode.SUCCESS
+    await wait_for(lambda: sctx.store.commit_log.max_offset == mctx.store.commit_log.max_offset)
+    for topic, queue_id, count in ((SCHEDULE_TOPIC, 2, 1), (TIMER_TOPIC, 0, 2)):
+        on_master = [mctx.store.consume_queues.get(topic, queue_id).get_unit(i) for i in range(count)]
+        on_slave = [sctx.store.consume_queues.get(topic, queue_id).get_unit(i) for i in range(count)]
+        assert on_slave == on_master
+    assert mctx.store.consume_queues.get(TIMER_TOPIC, 0).get_unit(0)[2] == due
+    [parked] = decode_messages((await remoting_client.invoke(maddr, pull_request(SCHEDULE_TOPIC, 2, 0))).body_bytes())
+    # RocketMQ's rule: store time + the level's delay (level 3: 10 s)
+    assert mctx.store.consume_queues.get(SCHEDULE_TOPIC, 2).get_unit(0)[2] == parked.store_timestamp + 10_000

@@ -9,7 +9,6 @@ import time
 import trio
 
 from pyrmq.plugins.broker.core import BROKER
-from pyrmq.plugins.broker.pull import PULL
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.message import decode_message_id
@@ -73,7 +72,7 @@ async def test_reads_stop_at_the_bound_and_a_parked_pull_wakes_when_it_advances(
     async def long_poll() -> None:
         answers.append(await remoting_client.invoke(addr, pull("Bounded", 0, suspend_ms=30_000), timeout=40))
 
-    hold = kernel.state.get(PULL).hold
+    hold = kernel.plugin("broker.pull").hold
 
     async def parked() -> bool:
         return bool(hold.parked)

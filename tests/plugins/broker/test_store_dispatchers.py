@@ -37,7 +37,8 @@ async def test_a_plugins_dispatcher_sees_every_appended_record_once_in_order(sta
     store = kernel.state.get(BROKER).store
     # the store's own dispatchers first, then the plugins' and the long-polling wake-up by order
     assert [(d.name, d.order) for d in store.dispatchers] == [
-        ("consume_queue", 0), ("early", 5), ("index", 10), ("long-polling", 20), ("ha-transfer-wakeup", 30), ("late", 30)
+        ("consume_queue", 0), ("early", 5), ("index", 10), ("long-polling", 20), ("pop-long-polling", 21),
+        ("ha-transfer-wakeup", 30), ("late", 30)
     ]
 
     single = store.put_message(msg(b"one"))

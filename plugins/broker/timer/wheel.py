@@ -1,4 +1,4 @@
-"""A persistent hierarchical timing wheel with one-second ticks (the timer plugin's index; no trio, no hooks).
+"""A persistent hierarchical timing wheel with one-second ticks (the timer's index; no trio, no hooks, no store).
 
 Four levels of 256 slots: level 0 holds seconds ``cur .. cur+255``, level k (1..3) holds whole windows of 256**k
 seconds (level 3 reaches ~136 years). A slot is a singly linked list threaded backwards through the *timer log*, an
@@ -297,6 +297,20 @@ class TimingWheel:
                 os.unlink(os.path.join(self.directory, f"{seg * SEGMENT_SIZE:020d}"))
             except FileNotFoundError:
                 pass
+
+    def clear(self) -> None:
+        """Empty the wheel and delete its log (``cur`` kept): what a rebuild starts from."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+        for name in list(self.segment_files()):
+            os.unlink(os.path.join(self.directory, name))
+        self.heads = array("q", [-1]) * (LEVELS * SLOTS)
+        self.counts = array("q", [0]) * (LEVELS * SLOTS)
+        self.size = 0
+        self.log_end = self._buf_start = 0
+        self._buf = bytearray()
+        self.live = {}
 
     def segment_files(self) -> Iterator[str]:
         return (name for name in sorted(os.listdir(self.directory)) if name.isdigit())
