@@ -25,6 +25,7 @@ import trio
 
 from pyrmq.client.errors import BrokerError, InvalidMessageError, TopicNotFoundError
 from pyrmq.client.message import MessageExt, decode_messages, raw_tags
+from pyrmq.remoting.message import HEADER_STRUCTS
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
@@ -66,6 +67,9 @@ DEFAULT_RETRY_BACKOFF: tuple[float, ...] = (1, 5, 10, 30, 60, 120, 180, 240, 300
 MAX_INVISIBLE_DURATION = 12 * 3600.0
 #: the group settings a broker without the group's config stands for (5.x's SubscriptionGroupConfig defaults)
 DEFAULT_RETRY_MAX_TIMES = 16
+#: a background ack request waits this long (s) for more acks unless ACK_BATCH are pending
+ACK_LINGER = 0.002
+ACK_BATCH = 32
 #: how often a consumer reads its group's settings again (the gRPC proxy's cache refresh: 20 s)
 GROUP_SETTINGS_INTERVAL = 20.0
 
@@ -168,7 +172,7 @@ class PopResult:
         return self.revive_qid == 999
 
 
-_POP_STATUS = {
+_POP_STATUS: dict[int, PopStatus] = {
     ResponseCode.SUCCESS: PopStatus.FOUND,
     ResponseCode.POLLING_FULL: PopStatus.POLLING_FULL,
     ResponseCode.POLLING_TIMEOUT: PopStatus.NO_NEW_MSG,
@@ -199,12 +203,16 @@ def pop_result(response: RemotingCommand, addr: str, broker_name: str, topic: st
     invisible = _int(h, "invisibleTime", addr)
     revive_qid = _int(h, "reviveQid", addr)
     try:
-        msgs: list[PopMessage] = decode_messages(response.body, broker_name, cls=PopMessage)  # type: ignore[assignment]
+        msgs: list[PopMessage] = decode_messages(response.body_bytes(), broker_name, cls=PopMessage)  # type: ignore[assignment]
         starts = parse_start_offset_info(h.get("startOffsetInfo"))
         counts = parse_order_count_info(h.get("orderCountInfo")) if h.get("orderCountInfo") else None
         for m in msgs:
             stored_topic = m.topic
-            queue_id = m.queue_id
+            # the two header fields needed here, without filling every lazy field of the message
+            head = m._head
+            fields = HEADER_STRUCTS[(head[39] >> 4) & 3].unpack_from(head)
+            m.queue_id = queue_id = fields[3]
+            m.reconsume_times = fields[14]
             ck = _raw_property(m.raw_properties, _POP_CK_MARK) if _POP_CK_MARK in m.raw_properties else None
             handle = receipt_handle(topic=stored_topic, queue_id=queue_id, queue_offset=m.queue_offset, pop_ck=ck,
                                     start_offsets=starts, pop_time=pop_time, invisible_time=invisible,
@@ -358,15 +366,16 @@ async def group_settings(instance: ClientInstance, addr: str, group: str) -> Gro
 
 
 class _AckBatcher:
-    """Acks of one broker, sent as they come: one request at a time, and whatever arrived meanwhile goes in the next
-    (a BATCH_ACK_MESSAGE when there are several)."""
+    """Acks of one broker, sent in the background: one request at a time, each with what gathered meanwhile (a
+    BATCH_ACK_MESSAGE when there are several); a request waits up to ACK_LINGER for ACK_BATCH acks (each request
+    costs both sides far more than an ack in it)."""
 
     def __init__(self, session: PopSession, broker_name: str) -> None:
         self.session = session
         self.broker_name = broker_name
         self.pending: list[PopMessage] = []
         self.waiters: list[trio.Event] = []
-        self.wake = trio.Event()
+        self.full = trio.Event()
         self.running = False
 
     def add(self, msgs: Iterable[PopMessage]) -> None:
@@ -374,8 +383,8 @@ class _AckBatcher:
         if not self.running:
             self.running = True
             self.session.instance.spawn(self._run)
-        else:
-            self.wake.set()
+        elif len(self.pending) >= ACK_BATCH:
+            self.full.set()
 
     async def flushed(self) -> None:
         """Wait until every ack added so far has been answered (or failed)."""
@@ -389,6 +398,10 @@ class _AckBatcher:
         session = self.session
         try:
             while self.pending:
+                if len(self.pending) < ACK_BATCH and not self.waiters:
+                    with trio.move_on_after(ACK_LINGER):
+                        await self.full.wait()
+                self.full = trio.Event()
                 msgs, self.pending = self.pending, []
                 waiters, self.waiters = self.waiters, []
                 try:

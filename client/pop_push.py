@@ -2,7 +2,7 @@
 
 No rebalance: every consumer of the group pops from every broker of each subscribed topic (queueId -1: all its
 queues, and the group's POP retry topic), as 5.x's push consumer does once the broker assigns queues in POP mode,
-and as its gRPC push consumer does. One pop loop per (topic, broker) long-polls (``pull_suspend_ms``, 15 s) for up to
+and as its gRPC push consumer does. Two pop loops per (topic, broker) long-poll (``pull_suspend_ms``, 15 s) for up to
 ``pull_batch_size`` (32) messages at a time, each invisible for ``pop_invisible_duration`` (60 s), while fewer than
 ``pop_threshold_for_queue`` (96) of its messages are being consumed (flow control). The listener runs as in
 classic mode (``consume_thread_max`` workers; ``async def`` in tasks, plain functions in threads) or the loop takes
@@ -47,6 +47,10 @@ log = logging.getLogger("pyrmq.client.consumer")
 POP_EXCEPTION_DELAY = 3.0
 #: pause after POLLING_FULL
 POLLING_FULL_DELAY = 0.5
+#: pops of one (topic, broker) out at once (while the flow control leaves room): answers overlap the consuming
+POPS_IN_FLIGHT = 2
+#: messages handed to a worker at a time (fewer when the batch is smaller)
+MIN_CHUNK = 8
 
 Target = tuple[str, str]  # (topic, broker name)
 
@@ -140,50 +144,62 @@ class PopEngine:
             for target in wanted - set(self.loops):
                 assert self._nursery is not None
                 scope = self.loops[target] = trio.CancelScope()
-                self._nursery.start_soon(self._pop_loop, target, scope)
+                self._nursery.start_soon(self._pop_loops, target, scope)
             for target in set(self.loops) - wanted:
                 self.loops.pop(target).cancel()
             await self._changed.wait()
             self._changed = trio.Event()
 
-    async def _pop_loop(self, target: Target, scope: trio.CancelScope) -> None:
+    async def _pop_loops(self, target: Target, scope: trio.CancelScope) -> None:
+        with scope:
+            async with trio.open_nursery() as nursery:
+                for _ in range(POPS_IN_FLIGHT):
+                    nursery.start_soon(self._pop_loop, target)
+
+    async def _pop_loop(self, target: Target) -> None:
         topic, broker = target
         consumer, session = self.consumer, self.session
         attempt_id: str | None = None
-        with scope:
-            while not self.stopping:
-                sub = consumer.subscriptions.get(topic)
-                if sub is None:
-                    return
-                room = self.threshold - self.held.get(target, 0)
-                if room <= 0:
-                    event = self._room.setdefault(target, trio.Event())
-                    await event.wait()
-                    continue
-                if attempt_id is None:
-                    attempt_id = PopSession.new_attempt_id()
-                try:
-                    result, msgs = await session.pop(broker, sub, min(self.batch, room), self.invisible, self.poll,
-                                                     attempt_id=attempt_id)
-                except RemotingError as exc:  # an answer lost: the next pop repeats the attempt id (FIFO)
-                    log.info("%s: pop of %s on %s failed: %s", consumer.group, topic, broker, exc)
-                    await trio.sleep(POP_EXCEPTION_DELAY)
-                    continue
-                except (BrokerError, TopicNotFoundError) as exc:
-                    log.warning("%s: pop of %s on %s refused: %s", consumer.group, topic, broker, exc)
-                    attempt_id = None
-                    await trio.sleep(POP_EXCEPTION_DELAY)
-                    continue
+        while not self.stopping:
+            sub = consumer.subscriptions.get(topic)
+            if sub is None:
+                return
+            room = self.threshold - self.held.get(target, 0)
+            if room <= 0:
+                event = self._room.setdefault(target, trio.Event())
+                await event.wait()
+                continue
+            if attempt_id is None:
+                attempt_id = PopSession.new_attempt_id()
+            asked = min(self.batch, room)
+            self.held[target] = self.held.get(target, 0) + asked  # reserved while the pop is out
+            try:
+                result, msgs = await session.pop(broker, sub, asked, self.invisible, self.poll,
+                                                 attempt_id=attempt_id)
+            except RemotingError as exc:  # an answer lost: the next pop repeats the attempt id (FIFO)
+                self._finished(target, asked)
+                log.info("%s: pop of %s on %s failed: %s", consumer.group, topic, broker, exc)
+                await trio.sleep(POP_EXCEPTION_DELAY)
+                continue
+            except (BrokerError, TopicNotFoundError) as exc:
+                self._finished(target, asked)
+                log.warning("%s: pop of %s on %s refused: %s", consumer.group, topic, broker, exc)
                 attempt_id = None
-                if msgs:
-                    self._dispatch(target, msgs, result.fifo or consumer.orderly)
-                elif result.status is PopStatus.POLLING_FULL:
-                    await trio.sleep(POLLING_FULL_DELAY)
+                await trio.sleep(POP_EXCEPTION_DELAY)
+                continue
+            except BaseException:
+                self._finished(target, asked)
+                raise
+            attempt_id = None
+            self._finished(target, asked - len(msgs))
+            if msgs:
+                self._dispatch(target, msgs, result.fifo or consumer.orderly)
+            elif result.status is PopStatus.POLLING_FULL:
+                await trio.sleep(POLLING_FULL_DELAY)
 
     def _dispatch(self, target: Target, msgs: list[PopMessage], fifo: bool) -> None:
         consumer = self.consumer
         consumer.stats_pulled += len(msgs)
-        self.held[target] = self.held.get(target, 0) + len(msgs)
         send = self._send.send_nowait
         if fifo:
             queues: dict[tuple[str, int], list[PopMessage]] = {}
@@ -194,7 +210,8 @@ class PopEngine:
                 queue.sort(key=lambda m: m.queue_offset)
                 send(_Item(target, queue, True))
             return
-        size = max(1, math.ceil(len(msgs) / self.workers))
+        # spread over the workers, but at least MIN_CHUNK a hand-over (a fast listener pays per hand-over)
+        size = max(MIN_CHUNK, math.ceil(len(msgs) / self.workers))
         for i in range(0, len(msgs), size):
             send(_Item(target, msgs[i:i + size], False))
 
