@@ -2,10 +2,11 @@
 
 Two faces over one trio implementation:
 
-* async (trio): :class:`Producer`, :class:`PushConsumer`, :class:`PullConsumer`, :class:`Admin` -
-  ``async with Producer(namesrv) as p: await p.send(Message("T", b"hi"))``;
+* async (trio): :class:`Producer`, :class:`PushConsumer`, :class:`PullConsumer`, :class:`SimpleConsumer` (RocketMQ
+  5.x's POP consumption), :class:`Admin` - ``async with Producer(namesrv) as p: await p.send(Message("T", b"hi"))``;
 * blocking (plain threads and scripts): :class:`BlockingProducer`, :class:`BlockingPushConsumer`,
-  :class:`BlockingPullConsumer`, :class:`BlockingAdmin`, which run the same objects on a background trio thread.
+  :class:`BlockingPullConsumer`, :class:`BlockingSimpleConsumer`, :class:`BlockingAdmin`, which run the same objects
+  on a background trio thread.
 
 See docs/client.md for a guide.
 """
@@ -23,6 +24,7 @@ _EXPORTS = {
     "BlockingProducer": "blocking",
     "BlockingPullConsumer": "blocking",
     "BlockingPushConsumer": "blocking",
+    "BlockingSimpleConsumer": "blocking",
     "BlockingTransactionProducer": "transaction",
     "BrokerError": "errors",
     "ClientConfig": "config",
@@ -42,6 +44,7 @@ _EXPORTS = {
     "Producer": "producer",
     "PullConsumer": "pull_consumer",
     "PullResult": "message",
+    "PopMessage": "pop_api",
     "PullStatus": "message",
     "PushConsumer": "push_consumer",
     "SendContext": "producer",
@@ -50,6 +53,7 @@ _EXPORTS = {
     "SendHook": "producer",
     "SendResult": "message",
     "SendStatus": "message",
+    "SimpleConsumer": "simple_consumer",
     "Subscription": "consumer",
     "TopicNotFoundError": "errors",
     "TransactionProducer": "transaction",
@@ -60,7 +64,13 @@ _EXPORTS = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.admin import Admin
-    from pyrmq.client.blocking import BlockingAdmin, BlockingProducer, BlockingPullConsumer, BlockingPushConsumer
+    from pyrmq.client.blocking import (
+        BlockingAdmin,
+        BlockingProducer,
+        BlockingPullConsumer,
+        BlockingPushConsumer,
+        BlockingSimpleConsumer,
+    )
     from pyrmq.client.config import ClientConfig
     from pyrmq.client.consumer import ConsumeFrom, ConsumeResult, MessageModel, Subscription
     from pyrmq.client.errors import (
@@ -74,10 +84,12 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from pyrmq.client.message_selector import MessageSelector
     from pyrmq.client.message import Message, MessageExt, MessageQueue, PullResult, PullStatus, SendResult, SendStatus
+    from pyrmq.client.pop_api import PopMessage
     from pyrmq.client.producer import Producer, SendContext, SendFuture, SendHook
     from pyrmq.client.pull_consumer import PullConsumer
     from pyrmq.client.push_consumer import PushConsumer
     from pyrmq.client.selectors import select_by_hash, select_by_random
+    from pyrmq.client.simple_consumer import SimpleConsumer
     from pyrmq.client.transaction import (
         BlockingTransactionProducer,
         LocalTransactionState,
@@ -105,6 +117,7 @@ __all__ = [
     "BlockingProducer",
     "BlockingPullConsumer",
     "BlockingPushConsumer",
+    "BlockingSimpleConsumer",
     "BlockingTransactionProducer",
     "BrokerError",
     "ClientConfig",
@@ -119,6 +132,7 @@ __all__ = [
     "MessageModel",
     "MessageQueue",
     "NameServerUnreachable",
+    "PopMessage",
     "Producer",
     "PullConsumer",
     "PullResult",
@@ -130,6 +144,7 @@ __all__ = [
     "SendHook",
     "SendResult",
     "SendStatus",
+    "SimpleConsumer",
     "Subscription",
     "TopicNotFoundError",
     "TransactionProducer",

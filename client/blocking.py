@@ -8,6 +8,10 @@
     consumer.register_listener(lambda msg: print(msg.body))   # runs in worker threads
     consumer.start(); ...; consumer.shutdown()
 
+    with BlockingSimpleConsumer("127.0.0.1:9876", group="billing", subscribe={"Orders": "*"}) as consumer:
+        for msg in consumer.receive(16, invisible_duration=30):
+            consumer.ack(msg)
+
 One trio loop per process runs on a daemon thread (started with the first blocking object, stopped with the
 last, like remoting/blocking.py does for a single remoting client); every call hops onto it with
 ``trio.from_thread``, so any number of threads may share one object. Sync listeners run in trio's worker threads.
@@ -35,12 +39,15 @@ from pyrmq.client.message import Message, MessageExt, MessageQueue, PullResult, 
 from pyrmq.client.pipelined_pull import PULL_WINDOW, RawPullBatch
 from pyrmq.client.producer import RETRY_CODES, Producer, SendHook
 from pyrmq.client.pull_consumer import PullConsumer
+from pyrmq.client.pop_api import PopMessage
 from pyrmq.client.push_consumer import PushConsumer
+from pyrmq.client.simple_consumer import SimpleConsumer
+from pyrmq.remoting.pop import ReceiptHandle
 from pyrmq.remoting.errors import RemotingClosed, RemotingError
 from pyrmq.remoting.framing import FrameDecoder
 from pyrmq.remoting.message import BatchEntry
 
-__all__ = ["BlockingProducer", "BlockingPushConsumer", "BlockingPullConsumer", "BlockingAdmin"]
+__all__ = ["BlockingProducer", "BlockingPushConsumer", "BlockingPullConsumer", "BlockingSimpleConsumer", "BlockingAdmin"]
 
 log = logging.getLogger("pyrmq.client.blocking")
 
@@ -491,12 +498,42 @@ class BlockingPullConsumer(_BlockingService):
             stop.set()
 
 
+class BlockingSimpleConsumer(_BlockingService):
+    """:class:`SimpleConsumer` for threads: ``receive`` / ``ack`` / ``change_invisible_duration`` block the calling
+    thread; any number of threads may share one consumer."""
+
+    def __init__(self, namesrv: str | Iterable[str] | None = None, group: str = "pyrmq_simple_consumer",
+                 **kwargs: Any) -> None:
+        self.consumer = SimpleConsumer(namesrv, group, **kwargs)
+        super().__init__(self.consumer)
+
+    def subscribe(self, topic: str, expression: Any = "*", expression_type: str = "TAG", *, sql: str | None = None) -> None:
+        if self._portal is None:
+            self.consumer.subscribe(topic, expression, expression_type, sql=sql)
+        else:
+            self._portal.run_sync(functools.partial(self.consumer.subscribe, topic, expression, expression_type, sql=sql))
+
+    def receive(self, max_messages: int = 16, invisible_duration: Any = 30.0, *,
+                await_duration: Any = None) -> list[PopMessage]:
+        return self._run(self.consumer.receive, max_messages, invisible_duration, await_duration=await_duration)
+
+    def ack(self, message: PopMessage) -> None:
+        self._run(self.consumer.ack, message)
+
+    def ack_batch(self, messages: Sequence[PopMessage]) -> None:
+        self._run(self.consumer.ack_batch, list(messages))
+
+    def change_invisible_duration(self, message: PopMessage, invisible_duration: Any) -> ReceiptHandle:
+        return self._run(self.consumer.change_invisible_duration, message, invisible_duration)
+
+
 class BlockingAdmin(_BlockingService):
     """:class:`Admin` for threads: every async method of Admin, called the same way, blocking."""
 
     _METHODS = frozenset({
         "cluster_info", "list_clusters", "create_topic", "delete_topic", "list_topics", "topic_route", "topic_stats",
         "group_progress", "reset_offset", "query_message_by_key", "query_message_by_unique_key", "query_message_by_id",
+        "list_groups", "put_group", "delete_group",
     })
 
     def __init__(self, namesrv: str | Iterable[str] | None = None, **kwargs: Any) -> None:

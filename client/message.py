@@ -370,7 +370,8 @@ def raw_tags(raw: bytes) -> str | None:
 
 
 def decode_messages(
-    buf: bytes | bytearray | memoryview, broker_name: str = "", min_offset: int = -1, max_offset: int = -1
+    buf: bytes | bytearray | memoryview, broker_name: str = "", min_offset: int = -1, max_offset: int = -1,
+    cls: type[MessageExt] | None = None,
 ) -> list[MessageExt]:
     """Decode back-to-back stored records (a PULL / QUERY / VIEW body, spec 5.1-5.2) into ``MessageExt``.
 
@@ -378,7 +379,8 @@ def decode_messages(
     length is read again with its own layout), slices of the received ``bytes`` for header, body, topic and
     properties, and a ``MessageExt`` with only the fields the consumer reads set; the rest (hosts, timestamps ...)
     are filled from the header bytes, unpacked on first access, and the properties parsed on first use. No
-    validation beyond what a slice needs (a corrupt record raises ``ValueError``).
+    validation beyond what a slice needs (a corrupt record raises ``ValueError``). ``cls``: a subclass of
+    ``MessageExt`` to build instead (a POP answer's messages carry their receipt handles).
     """
     if type(buf) is not bytes:
         buf = bytes(buf)
@@ -390,7 +392,7 @@ def decode_messages(
     head_v4 = HEADER_STRUCTS[0].size
     topics = _TOPIC_CACHE
     new = object.__new__
-    ext = MessageExt
+    ext = MessageExt if cls is None else cls
     batch = (broker_name, min_offset, max_offset)
     last_raw_topic = b""
     last_topic = ""

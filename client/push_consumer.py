@@ -13,11 +13,14 @@
         async for msg in consumer:              # acknowledged when the loop asks for the next one
             ...
 
-Clustering (default): the group's members split the queues (allocation strategy from the allocate hook, AVG by
+Classic mode (default): the group's members split the queues (allocation strategy from the allocate hook, AVG by
 default), rebalancing every 20 s, at start, and when a broker says the group changed; offsets are committed to the
 brokers every 5 s and at shutdown; ``%RETRY%<group>`` is subscribed automatically. Broadcasting: every member takes
 every queue and keeps offsets in a local file. Each queue is long-polled (32 messages per pull, held 15 s by the
 broker) into a process queue that pauses pulling at 1,000 messages or 100 MiB.
+
+POP mode (``mode="pop"``, RocketMQ 5.x): no rebalance; every member pops from every broker of its topics and acks
+each message it consumed (see :mod:`pyrmq.client.pop_push`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import outcome
@@ -40,6 +43,7 @@ from pyrmq.client.consume_service import (
     ConcurrentConsumeService,
     ConsumeAbandoned,
     OrderlyConsumeService,
+    is_async_listener,
 )
 from pyrmq.client.consumer import (
     ConsumeFrom,
@@ -55,6 +59,8 @@ from pyrmq.client.message import MessageExt, MessageQueue, PullResult, PullStatu
 from pyrmq.client.offset_store import LocalOffsetStore, OffsetStore, RemoteOffsetStore
 from pyrmq.client.plugins import resolve_strategy
 from pyrmq.client.process_queue import ProcessQueue
+from pyrmq.client.pop_api import DEFAULT_RETRY_BACKOFF, PopSession, init_mode_of, seconds
+from pyrmq.client.pop_push import PopEngine
 from pyrmq.client.producer import Producer
 from pyrmq.client.rebalance import LOCK_RETRY_DELAY, Rebalancer
 from pyrmq.remoting import fastjson
@@ -204,9 +210,19 @@ class PushConsumer(ConsumerCore):
         offset_store_dir: str | os.PathLike[str] | None = None,
         shutdown_await: float = 3.0,
         credentials: tuple[str, str] | None = None,
+        mode: str = "classic",
+        pop_invisible_duration: float = 60.0,
+        pop_threshold_for_queue: int = 96,
+        retry_backoff: Sequence[float] = DEFAULT_RETRY_BACKOFF,
+        dead_letter: bool = True,
     ) -> None:
         super().__init__(namesrv, group, config=config, instance=instance, message_model=message_model,
                          consume_from=consume_from, credentials=credentials)
+        if mode not in ("classic", "pop"):
+            raise InvalidMessageError(f"mode {mode!r} is neither \"classic\" (queues rebalanced among the group) nor "
+                                      "\"pop\" (RocketMQ 5.x's POP consumption)")
+        #: "classic" (rebalance, pull, offsets) or "pop" (POP_MESSAGE, ack)
+        self.mode = mode
         for topic, expression in (subscribe or {}).items():
             self.subscribe(topic, expression)
         self.listener = listener
@@ -248,6 +264,23 @@ class PushConsumer(ConsumerCore):
         self._stopping = False
         #: workers inside a listener call
         self._busy = 0
+        self.pop: PopEngine | None = None
+        if mode == "pop":
+            if not self.clustering:
+                raise InvalidMessageError("POP consumption is for clustering groups: a broadcasting consumer reads "
+                                          "every queue itself (mode=\"classic\")")
+            if self.consume_from is ConsumeFrom.TIMESTAMP:
+                raise InvalidMessageError("a POP consumer starts from \"last\" or \"first\" (5.x's "
+                                          "ConsumeInitMode), not from a timestamp")
+            self.consume_type = "CONSUME_POP"
+            session = PopSession(
+                self, order=True if orderly else None,
+                max_reconsume_times=None if max_reconsume_times < 0 else max_reconsume_times,
+                dead_letter=dead_letter, retry_backoff=retry_backoff, init_mode=init_mode_of(self.consume_from),
+            )
+            self.pop = PopEngine(self, session, threshold=pop_threshold_for_queue,
+                                 invisible=seconds(pop_invisible_duration, "pop_invisible_duration",
+                                                   low_inclusive=False))
 
     @property
     def effective_max_reconsume_times(self) -> int:
@@ -269,6 +302,9 @@ class PushConsumer(ConsumerCore):
     async def _on_start(self, nursery: trio.Nursery) -> None:
         if not self.subscriptions:
             raise InvalidMessageError("subscribe to at least one topic before starting the consumer")
+        if self.pop is not None:
+            await self._start_pop(nursery)
+            return
         if self.clustering:
             retry = retry_topic(self.group)
             self.subscriptions.setdefault(retry, Subscription.build(retry, "*"))
@@ -301,7 +337,25 @@ class PushConsumer(ConsumerCore):
         if self.orderly and self.clustering:
             nursery.start_soon(self.rebalancer.lock_loop)
 
+    async def _start_pop(self, nursery: trio.Nursery) -> None:
+        assert self.pop is not None
+        listener = self.listener
+        if listener is None:  # ``async for``: one message at a time through a channel
+            self._iter_send, self._iter_recv = trio.open_memory_channel(0)
+            listener = self._iter_listener
+        self._started_at = time.monotonic()
+        try:
+            await self._register()
+            await self.instance.send_heartbeat()
+            await self.pop.start(nursery, listener)
+        except BaseException:
+            self._forget()
+            raise
+
     async def _on_shutdown(self) -> None:
+        if self.pop is not None:
+            await self._shutdown_pop()
+            return
         self._stopping = True
         if self._chunks is not None:
             await self._chunks.close(not self._iter_failed_exit)
@@ -325,6 +379,17 @@ class PushConsumer(ConsumerCore):
             log.exception("%s: committing offsets at shutdown failed", self.group)
         if self.orderly and self.clustering:
             await self.rebalancer.unlock(held)
+        await self._unregister()
+
+    async def _shutdown_pop(self) -> None:
+        assert self.pop is not None
+        self._stopping = True
+        if self._iter_current is not None:
+            self._iter_current.done.set()  # the loop body finished with it
+            self._iter_current = None
+        if self._iter_send is not None:
+            await self._iter_send.aclose()  # workers waiting to hand a message over give up: it is released
+        await self.pop.stop(self.shutdown_await)
         await self._unregister()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -376,7 +441,10 @@ class PushConsumer(ConsumerCore):
     # -- rebalance (pyrmq.client.rebalance) ----------------------------------------------------------------
 
     def rebalance_soon(self) -> None:
-        self.rebalancer.wake()
+        if self.pop is not None:
+            self.pop.reconcile_soon()  # POP: the brokers of the subscribed topics to pop from
+        else:
+            self.rebalancer.wake()
 
     async def wait_rebalanced(self) -> None:
         """Wait for the end of the next rebalance round."""
@@ -512,7 +580,10 @@ class PushConsumer(ConsumerCore):
 
     async def reset_offsets(self, topic: str, offsets: dict[MessageQueue, int]) -> None:
         """Move to new offsets (RESET_CONSUMER_CLIENT_OFFSET): drop the topic's queues, store the offsets,
-        rebalance (the queues come back and start from there)."""
+        rebalance (the queues come back and start from there). POP mode: nothing to do, the broker pops from the
+        new offsets."""
+        if self.pop is not None:
+            return
         for mq in [mq for mq in self.process_queues if mq.topic == topic]:
             pq = self.process_queues.pop(mq)
             pq.dropped = True
@@ -561,6 +632,9 @@ class PushConsumer(ConsumerCore):
             "pullBatchSize": str(self.pull_batch_size),
             "maxReconsumeTimes": str(self.max_reconsume_times),
         })
+        if self.pop is not None:
+            info["properties"]["PROP_CONSUME_TYPE"] = "CONSUME_POP"
+            info["properties"]["popInvisibleTime"] = str(int(self.pop.invisible * 1000))
         return info
 
     async def consume_directly(self, msg: MessageExt) -> dict[str, Any]:
@@ -568,11 +642,11 @@ class PushConsumer(ConsumerCore):
         Java's ConsumeMessageDirectlyResult."""
         began = time.monotonic()
         result: dict[str, Any] = {"order": self.orderly, "autoCommit": True, "remark": None}
-        if self.service is None or self.listener is None:
+        if self.listener is None or (self.service is None and self.pop is None):
             result.update(consumeResult="CR_THROW_EXCEPTION", remark="the consumer has no listener to call")
         else:
             try:
-                if self.service.is_async:
+                if is_async_listener(self.listener):
                     answer = await self.listener(msg)
                 else:
                     answer = await trio.to_thread.run_sync(self.listener, msg)
@@ -587,6 +661,15 @@ class PushConsumer(ConsumerCore):
     # -- stats -----------------------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
+        if self.pop is not None:
+            return {
+                "mode": "pop",
+                "brokers": len(self.pop.loops),
+                "pulled": self.stats_pulled,
+                "consumed": self.stats_consumed,
+                "held": sum(self.pop.held.values()),
+                "dead_lettered": self.pop.session.dead_lettered,
+            }
         return {
             "queues": len(self.process_queues),
             "pulled": self.stats_pulled,
