@@ -8,6 +8,8 @@ One module a job:
 - ``transport``: gRPC over HTTP/2 with ``h2`` on trio (framing, trailers, deadlines, flow control, GOAWAY);
 - ``service``: the RPCs (QueryRoute, Heartbeat, QueryAssignment, SendMessage, EndTransaction, Telemetry,
   NotifyClientTermination; UNIMPLEMENTED as 5.5.0 for the others), sessions, ACL;
+- ``consume``: ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue on the POP
+  room (``kernel.plugin("pop")``), and the auto-renewed handles of push consumers;
 - ``messages``: a 5.x message <-> the broker's records (5.x's checks and codes, topic message types);
 - ``routes``: topic routes and how brokers learn each other's gRPC endpoints (the name servers' KV config);
 - ``settings``: :class:`GrpcSettings` (broker.conf keys, the proxy's names).
@@ -67,6 +69,8 @@ class GrpcEndpoint:
         # the endpoint clients are given: the broker's advertised address (brokerIP1) with the port bound
         self.routes.own_endpoint = f"{self.ctx.settings.brokerIP1}:{port}"
         await nursery.start(self.service.expire_sessions)
+        self.service.consumption.nursery = nursery
+        await nursery.start(self.service.consumption.renew)
         await nursery.start(self.routes.publish)
         nursery.start_soon(self._announce, f"{host}:{port}")
 

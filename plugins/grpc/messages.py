@@ -33,12 +33,17 @@ SHARDING_KEY = "__SHARDINGKEY"
 BORN_HOST = "__BORNHOST"
 TRACE_CONTEXT = "TRACE_CONTEXT"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"
+#: what 5.x puts on a message it dead-letters (shown to gRPC consumers of the DLQ as ``dead_letter_queue``)
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 #: what 5.x's ``MessageConst.STRING_HASH_SET`` adds to 4.x's list: also refused as user property keys
 SYSTEM_PROPERTIES_5X = SYSTEM_PROPERTIES | frozenset({
     P.TIMER_DELIVER_MS, P.TIMER_DELAY_SEC, TIMER_DELAY_MS, SHARDING_KEY, BORN_HOST, TRACE_CONTEXT,
     "__transactionId__", "TIMER_OUT_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_DEL_UNIQKEY",
-    "INNER_NUM", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID",
+    "INNER_NUM", "INNER_MULTI_DISPATCH", "INNER_MULTI_QUEUE_OFFSET", DLQ_ORIGIN_TOPIC, DLQ_ORIGIN_MESSAGE_ID,
     "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "SHARDING_KEY", "_SYS_MSG_PRIORITY_", "__LITE_TOPIC",
+    "ORIGIN_GROUP", "BORN_TIMESTAMP", "CORRECTION_FLAG", "DUP_INFO", "EXTEND_UNIQ_INFO", "MQ2_FLAG",
+    "TIMER_DELAY_LEVEL", "TRANSFER_FLAG", "__CRC32#",
 })
 #: what a delivered message shows as system properties rather than user properties
 _NOT_USER = SYSTEM_PROPERTIES_5X | {P.CLUSTER}
@@ -211,10 +216,13 @@ def _host_text(host: tuple[str, int]) -> str:
     return f"{host[0]}:{host[1]}"
 
 
-def to_pb(msg: StoredMessage, *, topic: str | None = None) -> Any:
-    """A stored record as the ``Message`` a 5.x client reads (5.x ``GrpcConverter.buildMessage``)."""
-    props = msg.properties
-    out = pb.Message()
+def to_pb(msg: StoredMessage, *, topic: str | None = None, properties: Mapping[str, str] | None = None,
+          out: Any = None) -> Any:
+    """A stored record as the ``Message`` a 5.x client reads (5.x ``GrpcConverter.buildMessage``), written into
+    ``out`` when given (a ``ReceiveMessageResponse.message``); ``properties`` = the record's, when already decoded."""
+    props = msg.properties if properties is None else properties
+    if out is None:
+        out = pb.Message()
     out.topic.name = topic or msg.topic
     sp = out.system_properties
     for key, value in props.items():
@@ -253,6 +261,10 @@ def to_pb(msg: StoredMessage, *, topic: str | None = None) -> Any:
     sp.queue_id = msg.queue_id
     sp.queue_offset = msg.queue_offset
     sp.delivery_attempt = msg.reconsume_times + 1
+    origin = props.get(DLQ_ORIGIN_TOPIC)
+    if origin:
+        sp.dead_letter_queue.topic = origin
+        sp.dead_letter_queue.message_id = props.get(DLQ_ORIGIN_MESSAGE_ID, "")
     out.body = body
     return out
 

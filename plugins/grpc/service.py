@@ -30,6 +30,7 @@ from pyrmq.plugins.broker.topics import (
     topic_problem,
 )
 from pyrmq.plugins.grpc import messages, transport
+from pyrmq.plugins.grpc.consume import Consumption
 from pyrmq.plugins.grpc.messages import ACCEPTED_TYPES, Limits, Refused
 from pyrmq.plugins.grpc.routes import RouteError, Routes, broker_entries, parse_endpoint, queue_permissions
 from pyrmq.plugins.grpc.schema import METHOD_TABLE, pb
@@ -140,6 +141,10 @@ class Ctx:
 Resources = tuple[dict[str, str], dict[str, str]]
 
 
+def _consumer_resources(request: Any) -> Resources:
+    return {request.topic.name: "SUB"}, {request.group.name: "SUB"}
+
+
 class MessagingService:
     """The RPCs; :meth:`handlers` is the transport's path table."""
 
@@ -151,6 +156,8 @@ class MessagingService:
         self._round_robin: dict[str, itertools.count[int]] = {}
         #: (topic, transaction id) -> (commit-log offset, queue offset) of the half (or its latest check copy)
         self.transactions: OrderedDict[tuple[str, str], tuple[int, int]] = OrderedDict()
+        #: ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue (on the POP room)
+        self.consumption = Consumption(self)
         #: counters (tests, metrics)
         self.sent = 0
         self.refused = 0
@@ -179,11 +186,16 @@ class MessagingService:
             "EndTransaction": (self.end_transaction, lambda r: ({r.topic.name: "PUB"}, {})),
             "NotifyClientTermination": (self.notify_client_termination,
                                         lambda r: ({}, {r.group.name: "SUB"} if r.HasField("group") and r.group.name else {})),
+            "AckMessage": (self.consumption.ack_message, _consumer_resources),
+            "ChangeInvisibleDuration": (self.consumption.change_invisible_duration, _consumer_resources),
+            "ForwardMessageToDeadLetterQueue": (self.consumption.forward_to_dead_letter_queue, _consumer_resources),
         }
         table: dict[str, transport.Handler] = {}
         for path, (rpc, request_cls, _response_cls, _cs, _ss) in METHOD_TABLE.items():
             if rpc == "Telemetry":
                 table[path] = self.telemetry
+            elif rpc == "ReceiveMessage":
+                table[path] = self.consumption.receive_message
             elif rpc in served:
                 fn, resources = served[rpc]
                 table[path] = self._unary(rpc, request_cls, fn, resources)
@@ -193,10 +205,7 @@ class MessagingService:
 
     @staticmethod
     def _unimplemented(rpc: str) -> transport.Handler:
-        if rpc in ("ReceiveMessage", "AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue"):
-            text = f"{rpc} is not served by this broker yet (it comes with POP consumption)"
-        else:
-            text = f"Method not found: apache.rocketmq.v2.MessagingService/{rpc}"
+        text = f"Method not found: apache.rocketmq.v2.MessagingService/{rpc}"
 
         async def handler(call: transport.Call) -> None:
             raise transport.GrpcError(transport.UNIMPLEMENTED, text)

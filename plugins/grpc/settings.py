@@ -40,4 +40,27 @@ class GrpcSettings:
     grpcClientProducerBackoffMultiplier: int = setting(2, check=at_least(1))
     grpcClientConsumerLongPollingBatchSize: int = setting(32, check=at_least(1),
                                                           help="consumers' receive batch size (settings answer)")
-    grpcClientConsumerMaxLongPollingTimeoutMillis: int = setting(20_000, check=at_least(1))
+    grpcClientConsumerMaxLongPollingTimeoutMillis: int = setting(20_000, check=at_least(1),
+                                                                 help="longest long polling of a ReceiveMessage, ms")
+    grpcClientConsumerMinLongPollingTimeoutMillis: int = setting(5_000, check=at_least(0),
+                                                                 help="shortest long polling of a ReceiveMessage, ms; a "
+                                                                      "call whose deadline leaves less is refused "
+                                                                      "ILLEGAL_POLLING_TIME")
+    minInvisibleTimeMillsForRecv: int = setting(10_000, check=at_least(0),
+                                                help="shortest invisible_duration a ReceiveMessage may ask, ms")
+    maxInvisibleTimeMills: int = setting(12 * 3600 * 1000, check=at_least(1),
+                                         help="longest invisible time a ReceiveMessage or ChangeInvisibleDuration may "
+                                              "ask, ms")
+    defaultInvisibleTimeMills: int = setting(60_000, check=at_least(1),
+                                             help="invisible time of messages received with auto_renew (push "
+                                                  "consumers), ms")
+    enableProxyAutoRenew: bool = setting(True, help="keep push consumers' (auto_renew) messages invisible while "
+                                                    "they hold them")
+    renewAheadTimeMillis: int = setting(10_000, check=at_least(0),
+                                        help="auto renew: renew a message this long before it would come back, ms")
+    renewSchedulePeriodMillis: int = setting(5_000, check=at_least(10), help="auto renew: how often to look, ms")
+    renewMaxTimeMillis: int = setting(3 * 3600 * 1000, check=at_least(0),
+                                      help="auto renew: stop renewing a message held this long (it comes back after "
+                                           "the group's retry delay), ms")
+    invisibleTimeMillisWhenClear: int = setting(1_000, check=at_least(0),
+                                                help="a push consumer gone: its held messages come back after this, ms")

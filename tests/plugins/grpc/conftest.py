@@ -24,6 +24,13 @@ class Dev:
         async with Admin(self.namesrv) as admin:
             await admin.create_topic(topic, queues, message_type=message_type)
 
+    async def put_group(self, group: str, **config) -> None:
+        """A subscription group in RocketMQ's JSON names (``consumeMessageOrderly=True``, ``retryMaxTimes=1``)."""
+        from pyrmq.client import Admin
+
+        async with Admin(self.namesrv) as admin:
+            await admin.put_group({"groupName": group, **config})
+
 
 @pytest.fixture
 async def grpc_dev(start_role):
