@@ -74,10 +74,10 @@ def wait_port(addr: str, timeout: float) -> None:
 
 
 class JavaProcess:
-    """One Java role; ``start`` waits for its ``boot success`` line (printed on stdout)."""
+    """One Java role; ``start`` waits for its ``ready`` line (``boot success`` by default) on stdout."""
 
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], out: Path) -> None:
-        self.name, self.argv, self.env, self.out = name, argv, env, out
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], out: Path, ready: str = "boot success") -> None:
+        self.name, self.argv, self.env, self.out, self.ready = name, argv, env, out, ready
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -92,7 +92,7 @@ class JavaProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             text = self.out.read_text(errors="replace")
-            if "boot success" in text:
+            if self.ready in text:
                 return
             if self.proc.poll() is not None:
                 break
