@@ -30,6 +30,7 @@ from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
+from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.remoting.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
@@ -143,7 +144,7 @@ class PopMessage(MessageExt):
     @property
     def message_group(self) -> str | None:
         """The sharding key a 5.x producer set (``__SHARDINGKEY``), if any."""
-        return self.properties.get("__SHARDINGKEY")
+        return self.properties.get(MessageProperty.SHARDING_KEY)
 
     def __repr__(self) -> str:
         return (f"<PopMessage {self.topic}/{self.broker_name}/{self.queue_id}@{self.queue_offset} id={self.msg_id}"
