@@ -78,8 +78,9 @@ class ReviveService:
         self.lateness: list[int] | None = None
         #: compaction: a live record this many records behind its queue's end (at least) is written again
         self.compact_records = COMPACT_RECORDS
-        #: revives put back for later (the store refused a retry copy)
+        #: revives put back for later (the store refused a retry copy), and the seconds added each time
         self.put_back_count = 0
+        self.reput_intervals_s: tuple[float, ...] = REPUT_INTERVALS_S
 
     def note_due(self, due: int) -> None:
         """A checkpoint due at ``due`` was added: wake the service if it sleeps longer."""
@@ -146,14 +147,16 @@ class ReviveService:
         :data:`REPUT_INTERVALS_S`, so a restart keeps the pace; it is never dropped."""
         if ck.closed:
             return
-        step = REPUT_INTERVALS_S[min(ck.re_put, len(REPUT_INTERVALS_S) - 1)] * 1000
+        intervals = self.reput_intervals_s
+        step = intervals[min(ck.re_put, len(intervals) - 1)] * 1000
         due = max(ck.due, now) + step
         ck.re_put += 1
+        due = int(due)
         self.pop.ledger.reschedule(ck, due)
         self.put_back_count += 1
         written = self.pop.rewrite(ck)
-        log.warning("revive of %s@%s queue %d (%d messages) not done (%s): try %d in %d s%s", ck.group, ck.topic,
-                    ck.queue_id, len(ck.unacked()), why, ck.re_put + 1, (due - now) // 1000,
+        log.warning("revive of %s@%s queue %d (%d messages) not done (%s): try %d in %.0f s%s", ck.group, ck.topic,
+                    ck.queue_id, len(ck.unacked()), why, ck.re_put + 1, (due - now) / 1000,
                     "" if written else " (the re-put checkpoint was not written: a restart tries it at once)")
 
     def revive(self, ck: CheckPoint, now: int) -> None:
