@@ -44,6 +44,7 @@ import org.apache.rocketmq.common.message.MessageRequestMode;
 import org.apache.rocketmq.remoting.protocol.body.ClusterInfo;
 import org.apache.rocketmq.remoting.protocol.header.PopMessageRequestHeader;
 import org.apache.rocketmq.remoting.protocol.route.BrokerData;
+import org.apache.rocketmq.remoting.protocol.subscription.SubscriptionGroupConfig;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 
 public class PopLoad {
@@ -114,7 +115,17 @@ public class PopLoad {
         }
     }
 
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
+        try {
+            run(args);
+        } catch (Throwable e) {
+            e.printStackTrace();
+            Runtime.getRuntime().halt(1);  // the client threads would keep the JVM alive
+        }
+        System.exit(0);
+    }
+
+    static void run(String[] args) throws Exception {
         String mode = args[0];
         String namesrv = args[1];
         switch (mode) {
@@ -222,7 +233,7 @@ public class PopLoad {
                 for (Thread t : threads) {
                     t.start();
                 }
-                boolean all = clock.done.await(1800, TimeUnit.SECONDS);
+                boolean all = clock.done.await(900, TimeUnit.SECONDS);
                 result(mode, clock.timed(), clock.t1 - clock.t0, all ? errors.get() : errors.get() + 1);
                 break;
             }
@@ -233,8 +244,11 @@ public class PopLoad {
                 String group = args[at];
                 String topic = args[at + 1];
                 long count = Long.parseLong(args[at + 2]);
-                if (pop) {
+                if (pop) {  // the group first: SET_MESSAGE_REQUEST_MODE needs it (as mqadmin setConsumeMode does)
                     DefaultMQAdminExt admin = admin(namesrv);
+                    SubscriptionGroupConfig config = new SubscriptionGroupConfig();
+                    config.setGroupName(group);
+                    admin.createAndUpdateSubscriptionGroupConfig(args[2], config);
                     admin.setMessageRequestMode(args[2], topic, group, MessageRequestMode.POP, 0, 5000);
                     admin.shutdown();
                 }
@@ -254,7 +268,7 @@ public class PopLoad {
                     return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
                 });
                 c.start();
-                boolean all = clock.done.await(1800, TimeUnit.SECONDS);
+                boolean all = clock.done.await(900, TimeUnit.SECONDS);
                 result(mode, clock.timed(), clock.t1 - clock.t0, all ? 0 : 1);
                 c.shutdown();
                 break;
@@ -262,7 +276,6 @@ public class PopLoad {
             default:
                 throw new IllegalArgumentException("unknown mode " + mode);
         }
-        System.exit(0);
     }
 
     static List<MessageExt> pop(MQClientAPIImpl api, String brokerName, String brokerAddr, String group, String topic)
