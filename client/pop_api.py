@@ -74,8 +74,8 @@ ACK_BATCH = 32
 #: how often a consumer reads its group's settings again (the gRPC proxy's cache refresh: 20 s)
 GROUP_SETTINGS_INTERVAL = 20.0
 
-#: RocketMQ 5.x's GET_SUBSCRIPTIONGROUP_CONFIG (one group's config; pyrmq's broker serves the whole table only)
-GET_SUBSCRIPTIONGROUP_CONFIG = 352
+#: RocketMQ 5.x's GET_SUBSCRIPTIONGROUP_CONFIG (one group's config; 4.x brokers serve the whole table only)
+GET_SUBSCRIPTIONGROUP_CONFIG = RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG
 
 _POP_CK_MARK = PROPERTY_POP_CK.encode() + b"\x01"
 
