@@ -130,8 +130,8 @@ def _java_args(spec: dict) -> list[str]:
 
 def _run_java(action: str, endpoint: str, spec: dict, timeout: float, workdir: Path) -> list[dict]:
     try:
-        classes = javapeers.compile_sources(HERE / "java" / "client5src", "client5")
-        argv = javapeers.java_command("client5", "Client5", action, endpoint, *_java_args(spec),
+        classes = javapeers.compile_sources(HERE / "java" / "client5src", "grpc5")
+        argv = javapeers.java_command("grpc5", "Client5", action, endpoint, *_java_args(spec),
                                       extra_classpath=[classes], heap="256m", props={"user.home": str(workdir)})
     except javapeers.JavaPeerError as exc:
         pytest.fail(str(exc))
