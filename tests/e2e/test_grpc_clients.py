@@ -2,7 +2,7 @@
 proxy from Maven Central, local mode, JDK 17): the same scenarios, the same observable answers.
 
 Clients: ``rocketmq-python-client`` 5.1.2 from PyPI (its own venv, plaintext) and ``rocketmq-client-java`` 5.2.0
-from Maven Central (tests/e2e/java/client5src/Client5.java, TLS: its default; pyrmq gets a certificate made with
+from Maven Central (tests/e2e/java/grpc5src/Client5.java, TLS: its default; pyrmq gets a certificate made with
 openssl, 5.5.0's proxy uses its test certificate). Both print the same JSON lines. Scenarios: every message type
 produced and consumed (SimpleConsumer and PushConsumer), redelivery after a failed consumption, FIFO order per
 message group, transactions with check-back, delay, ACL on and off, two brokers behind one name server, 4.x <-> 5.x
@@ -130,7 +130,7 @@ def _java_args(spec: dict) -> list[str]:
 
 def _run_java(action: str, endpoint: str, spec: dict, timeout: float, workdir: Path) -> list[dict]:
     try:
-        classes = javapeers.compile_sources(HERE / "java" / "client5src", "grpc5")
+        classes = javapeers.compile_sources(HERE / "java" / "grpc5src", "grpc5")
         argv = javapeers.java_command("grpc5", "Client5", action, endpoint, *_java_args(spec),
                                       extra_classpath=[classes], heap="256m", props={"user.home": str(workdir)})
     except javapeers.JavaPeerError as exc:
