@@ -6,6 +6,7 @@ SPEC: {"topic": "T", "group": "G", "kind": "simple|push", "count": 3 (stop after
        consumed for good), "deadline_s": 30, "tag": "*" (TAG expression; "sql": "a > 1" for SQL92),
        simple: "max": 16, "invisible_s": 15, "await_s": 5, "ack": true (false: never ack), "change_s": null (change
        the invisible duration of the first delivery of each message to that many seconds instead of acking it),
+       "skip": 0 (deliveries up to that attempt are neither acked nor changed: they come back),
        "settle_s": 0 (wait after startup: the client does not wait for its settings answer), "ak"/"sk", "tls": false,
        push: "fail": 0 (the listener answers FAILURE the first that-many times it gets a message: FIFO groups retry
        in the client, the others are delivered again), "threads": 4}
@@ -70,6 +71,8 @@ def main() -> int:
                     continue
                 for m in got:
                     line(**describe(m))
+                    if m.delivery_attempt <= spec.get("skip", 0):
+                        continue  # left as it is: delivered again once its invisible time is over
                     if spec.get("change_s") is not None and m.message_id not in changed:
                         changed.add(m.message_id)
                         try:
