@@ -16,7 +16,7 @@ PEERS_ARGS ?=
 PKG_DIRS  := kernel store remoting plugins client spark_plugin configs
 PKG_FILES := $(VENV)/.pyrmq-files
 
-.PHONY: run test typecheck install check-python check-tools bench peers broker-memory chaos failover clean FORCE
+.PHONY: run test typecheck install check-python check-tools bench peers broker-memory chaos failover grpc-peers clean FORCE
 
 check-python:
 	@PYTHON='$(PYTHON)' .ci/check-tools --python
@@ -83,3 +83,9 @@ failover: check-tools $(STAMP)
 	PYRMQ_FAILOVER_TIMER_DUE=$${PYRMQ_FAILOVER_TIMER_DUE:-90} \
 	PYRMQ_FAILOVER_REPORT=$${PYRMQ_FAILOVER_REPORT:-failover-report.jsonl} \
 	$(BIN)/python -m pytest -s tests/e2e/test_failover_etcd.py tests/e2e/test_failover_timers.py $(PYTEST_ARGS)
+
+# The official RocketMQ 5.x clients (Python 5.1.2 and Java rocketmq-client-java) against pyrmq *and* Apache RocketMQ
+# 5.5.0's broker + gRPC proxy (local mode, JDK 17): every scenario of tests/e2e/test_grpc_clients.py with both clients
+# on both systems (docs/grpc.md). Several minutes; `make test` runs the Java client against pyrmq only.
+grpc-peers: check-tools $(STAMP)
+	PYRMQ_GRPC_55=1 $(BIN)/python -m pytest tests/e2e/test_grpc_clients.py $(PYTEST_ARGS)

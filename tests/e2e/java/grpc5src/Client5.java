@@ -36,11 +36,15 @@ import org.apache.rocketmq.client.apis.producer.TransactionResolution;
  * tests/plugins/grpc/scripts/{produce,consume}.py print them, so the tests read both clients the same way.
  *
  *   Client5 produce ENDPOINT key=value...   topic, kind (normal|fifo|delay|transaction), count, tag, body, group,
- *                                           delay_s, resolution (commit|rollback|none), check (commit|rollback),
- *                                           wait_check_s, checks, key, prop (k:v), ak, sk, tls (true|false)
+ *                                           groups (a,b,c: message i gets group i mod 3, its body "<group>-<i>"),
+ *                                           delay_s, resolution (commit|rollback|none; a list a,b,c: message i gets
+ *                                           the (i mod n)th), check (commit|rollback), wait_check_s, checks, key,
+ *                                           prop (k:v), ak, sk, tls (true|false)
  *   Client5 simple ENDPOINT key=value...    topic, group, count, deadline_s, tag, sql, max, invisible_s, await_s,
  *                                           ack (true|false), change_s, settle_s, ak, sk, tls
- *   Client5 push ENDPOINT key=value...      topic, group, count, deadline_s, tag, sql, fail, threads, ak, sk, tls
+ *   Client5 push ENDPOINT key=value...      topic, group, count, deadline_s, tag, sql, fail, threads, ak, sk, tls,
+ *                                           close_ms (how long to let close() wait for the parked long poll: the
+ *                                           client's close waits for it, up to the server's long-polling timeout)
  */
 public class Client5 {
     static final Object OUT = new Object();
@@ -175,9 +179,13 @@ public class Client5 {
         }
         Producer producer = builder.build();
         try {
+            String[] groups = a.containsKey("groups") ? a.get("groups").split(",") : null;
+            String[] resolutions = a.getOrDefault("resolution", "commit").split(",");
             for (int i = 0; i < count; i++) {
+                String group = groups != null ? groups[i % groups.length] : a.getOrDefault("group", "g1");
+                String prefix = groups != null ? group : a.getOrDefault("body", "body");
                 MessageBuilder mb = provider.newMessageBuilder().setTopic(topic)
-                    .setBody((a.getOrDefault("body", "body") + "-" + i).getBytes(StandardCharsets.UTF_8));
+                    .setBody((prefix + "-" + i).getBytes(StandardCharsets.UTF_8));
                 if (a.containsKey("tag")) {
                     mb.setTag(a.get("tag"));
                 }
@@ -189,7 +197,7 @@ public class Client5 {
                     mb.addProperty(p.substring(0, c), p.substring(c + 1));
                 }
                 if (kind.equals("fifo")) {
-                    mb.setMessageGroup(a.getOrDefault("group", "g1"));
+                    mb.setMessageGroup(group);
                 }
                 if (kind.equals("delay")) {
                     mb.setDeliveryTimestamp(System.currentTimeMillis() + 1000L * Long.parseLong(a.getOrDefault("delay_s", "3")));
@@ -199,16 +207,18 @@ public class Client5 {
                     if (kind.equals("transaction")) {
                         Transaction tx = producer.beginTransaction();
                         SendReceipt r = producer.send(m, tx);
-                        String resolution = a.getOrDefault("resolution", "commit");
+                        String resolution = resolutions[i % resolutions.length];
                         if (resolution.equals("commit")) {
                             tx.commit();
                         } else if (resolution.equals("rollback")) {
                             tx.rollback();
                         }
-                        line("{\"sent\": " + i + ", \"message_id\": " + q(r.getMessageId().toString()) + "}");
+                        line("{\"sent\": " + i + ", \"message_id\": " + q(r.getMessageId().toString())
+                            + ", \"resolution\": " + q(resolution) + "}");
                     } else {
                         SendReceipt r = producer.send(m);
-                        line("{\"sent\": " + i + ", \"message_id\": " + q(r.getMessageId().toString()) + "}");
+                        line("{\"sent\": " + i + ", \"message_id\": " + q(r.getMessageId().toString())
+                            + (kind.equals("fifo") ? ", \"group\": " + q(group) : "") + "}");
                     }
                 } catch (Throwable e) {
                     error(e);
@@ -306,10 +316,19 @@ public class Client5 {
             }).build();
         try {
             finished.await(Long.parseLong(a.getOrDefault("deadline_s", "30")), TimeUnit.SECONDS);
-            Thread.sleep(Long.parseLong(a.getOrDefault("linger_ms", "1000")));
+            Thread.sleep(Long.parseLong(a.getOrDefault("linger_ms", "1000")));  // the last acks go out
         } finally {
-            consumer.close();
+            line("{\"done\": " + done.size() + "}");
+            Thread closer = new Thread(() -> {
+                try {
+                    consumer.close();
+                } catch (Exception e) {
+                    error(e);
+                }
+            });
+            closer.setDaemon(true);
+            closer.start();
+            closer.join(Long.parseLong(a.getOrDefault("close_ms", "3000")));
         }
-        line("{\"done\": " + done.size() + "}");
     }
 }

@@ -3,7 +3,9 @@
     produce.py ENDPOINT SPEC_JSON
 
 SPEC: {"topic": "T", "kind": "normal|fifo|delay|transaction", "count": 3, "tag": "TagA", "keys": ["k"],
-       "group": "g1" (fifo), "delay_s": 3 (delay), "resolution": "commit|rollback|none" (transaction),
+       "group": "g1" (fifo), "groups": ["a", "b"] (fifo: message i gets group i mod n, its body "<group>-<i>"),
+       "delay_s": 3 (delay), "resolution": "commit|rollback|none" (transaction; "commit,rollback,none": message i
+       gets the (i mod n)th),
        "ak": "", "sk": "", "properties": {"a": "b"}, "check": "commit|rollback" (checker's answer),
        "tls": false (TLS to the endpoint), "wait_check_s": 0 (stay alive at most that long for check-backs), "checks": 1 (until that many came)}
 Prints {"sent": i, "message_id": ..., "transaction_id": ...} per message, {"error": text, "code": ...} when a send
@@ -36,11 +38,14 @@ def main() -> int:
     producer = (Producer(config, (topic,), Checker(), tls_enable=tls) if kind == "transaction"
                 else Producer(config, (topic,), tls_enable=tls))
     producer.startup()
+    groups = spec.get("groups")
+    resolutions = spec.get("resolution", "commit").split(",")
     try:
         for i in range(spec.get("count", 1)):
+            group = groups[i % len(groups)] if groups else spec.get("group", "g1")
             m = Message()
             m.topic = topic
-            m.body = (spec.get("body", "body") + f"-{i}").encode()
+            m.body = ((group if groups else spec.get("body", "body")) + f"-{i}").encode()
             if spec.get("tag"):
                 m.tag = spec["tag"]
             if spec.get("keys"):
@@ -48,23 +53,24 @@ def main() -> int:
             for k, v in (spec.get("properties") or {}).items():
                 m.add_property(k, v)
             if kind == "fifo":
-                m.message_group = spec.get("group", "g1")
+                m.message_group = group
             if kind == "delay":
                 m.delivery_timestamp = int(time.time()) + spec.get("delay_s", 3)
             try:
                 if kind == "transaction":
                     tx = producer.begin_transaction()
                     receipt = producer.send(m, tx)
-                    resolution = spec.get("resolution", "commit")
+                    resolution = resolutions[i % len(resolutions)]
                     if resolution == "commit":
                         tx.commit()
                     elif resolution == "rollback":
                         tx.rollback()
                     print(json.dumps({"sent": i, "message_id": receipt.message_id,
-                                      "transaction_id": receipt.transaction_id}), flush=True)
+                                      "transaction_id": receipt.transaction_id, "resolution": resolution}), flush=True)
                 else:
                     receipt = producer.send(m)
-                    print(json.dumps({"sent": i, "message_id": receipt.message_id, "offset": receipt.offset}), flush=True)
+                    sent = {"sent": i, "message_id": receipt.message_id, "offset": receipt.offset}
+                    print(json.dumps({**sent, "group": group} if kind == "fifo" else sent), flush=True)
             except Exception as exc:  # the test reads what the client says
                 print(json.dumps({"error": str(exc), "type": type(exc).__name__,
                                   "code": getattr(exc, "code", None)}), flush=True)
