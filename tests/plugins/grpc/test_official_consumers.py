@@ -102,7 +102,7 @@ async def test_an_unacked_message_comes_back_with_its_attempts_counted_then_goes
     assert [line["acked"] for line in lines if "acked" in line] == [kept]
     # the other group never acks: two deliveries, then the broker dead-letters it at the next receive
     lines = await consume(dev.grpc, topic="PyRedeliver", group="GPyDead", count=1, invisible_s=1, skip=99,
-                          deadline_s=6)
+                          deadline_s=8)
     assert attempts(lines) == {kept: [1, 2]}
 
     async def dead_lettered():

@@ -316,7 +316,7 @@ public class Client5 {
             }).build();
         try {
             finished.await(Long.parseLong(a.getOrDefault("deadline_s", "30")), TimeUnit.SECONDS);
-            Thread.sleep(Long.parseLong(a.getOrDefault("linger_ms", "1000")));  // the last acks go out
+            Thread.sleep(Long.parseLong(a.getOrDefault("linger_ms", "500")));  // the last acks go out
         } finally {
             line("{\"done\": " + done.size() + "}");
             Thread closer = new Thread(() -> {
@@ -328,7 +328,7 @@ public class Client5 {
             });
             closer.setDaemon(true);
             closer.start();
-            closer.join(Long.parseLong(a.getOrDefault("close_ms", "3000")));
+            closer.join(Long.parseLong(a.getOrDefault("close_ms", "1000")));
         }
     }
 }
