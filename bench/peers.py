@@ -11,6 +11,10 @@ consumption of those ``--count`` stored messages (default 1,000,000, as the issu
 ``--with-pop`` adds one run of bench/pop_peers.py: POP consumption (raw pop + batch ack, the push consumer's POP mode)
 and pull consumption beside Apache RocketMQ 5.5.0, driven by the official 5.5.0 Java client.
 
+``--with-grpc`` adds one run of bench/grpc_bench.py's peers rows: the official RocketMQ 5.x Python client over gRPC
+against pyrmq and against Apache RocketMQ 5.5.0's proxy (local mode, its broker in the same JVM): send with 1 and 64
+in flight, SimpleConsumer receive + ack, with the broker's CPU a message.
+
 Part 2, what a Python user weighs us against: pyrmq's own client (``Producer`` / ``PushConsumer``) against pyrmq
 beside redis-py + hiredis against ``redis-server`` 7 (AOF, appendfsync everysec): sync send one in flight (``Producer``
 and, from a plain thread, ``BlockingProducer``), batches
@@ -696,6 +700,10 @@ def main() -> None:
                     help="also run bench/pop_peers.py once (POP consumption beside Apache RocketMQ 5.5.0, with the "
                          "5.5.0 Java client) with --pop-count messages")
     ap.add_argument("--pop-count", type=int, default=200_000, help="--with-pop: messages timed per POP workload")
+    ap.add_argument("--with-grpc", action="store_true",
+                    help="also run bench/grpc_bench.py's peers rows once (the official Python 5.x client over gRPC, "
+                         "pyrmq beside Apache RocketMQ 5.5.0's proxy) with --grpc-count messages a row")
+    ap.add_argument("--grpc-count", type=int, default=3_000, help="--with-grpc: messages a row")
     ap.add_argument("--before", metavar="REV", default=None,
                     help="also run pyrmq as of this git revision (broker and Python client), alternating with the "
                          "others, and print a before/after table")
@@ -791,10 +799,18 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory(prefix="pyrmq-pop-peers-") as tmp:
             pop_table = pop_peers.table(pop_peers.run(Path(tmp), args.pop_count, 8), args.pop_count, 8)
+    grpc_table = None
+    if args.with_grpc:
+        import grpc_bench
+
+        grpc_table = grpc_bench.peers_table(args.grpc_count)
     print(table(results, sizes))
     if pop_table:
         print()
         print(pop_table)
+    if grpc_table:
+        print()
+        print(grpc_table)
     if "python" not in skip:
         print()
         print(table_floor(results, sizes))
