@@ -8,6 +8,9 @@ bench/java/PeersLoad.java on the official Java client 4.9.8, so the broker is wh
 sync send with one in flight, 64 async sends in flight, batches of 100 (these store the ``--count`` messages), push
 consumption of those ``--count`` stored messages (default 1,000,000, as the issue asks).
 
+``--with-pop`` adds one run of bench/pop_peers.py: POP consumption (raw pop + batch ack, the push consumer's POP mode)
+and pull consumption beside Apache RocketMQ 5.5.0, driven by the official 5.5.0 Java client.
+
 Part 2, what a Python user weighs us against: pyrmq's own client (``Producer`` / ``PushConsumer``) against pyrmq
 beside redis-py + hiredis against ``redis-server`` 7 (AOF, appendfsync everysec): sync send one in flight (``Producer``
 and, from a plain thread, ``BlockingProducer``), batches
@@ -344,7 +347,14 @@ def part2_raw(server: RawEchoServer, request: bytes, sizes: dict[str, int]) -> d
 
 def java_load(classes: Path, server, work: Path, *args: object, limit: float = 3600) -> dict:
     """Run PeersLoad; the server's CPU is sampled at its ``start`` line and at its result line."""
-    argv = java_command("client", "PeersLoad", *map(str, args), extra_classpath=[classes], heap="1g",
+    return java_load_with("client", "PeersLoad", classes, server, work, *args, limit=limit)
+
+
+def java_load_with(kind: str, main_class: str, classes: Path, server, work: Path, *args: object,
+                   limit: float = 3600) -> dict:
+    """Run a load generator of ``kind``'s classpath (PeersLoad, bench/pop_peers.py's PopLoad) that prints
+    ``{"phase":"start"}`` and a result line; the server's CPU is sampled at the two."""
+    argv = java_command(kind, main_class, *map(str, args), extra_classpath=[classes], heap="1g",
                         props={"user.home": str(work / "java-client")})
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     killer = threading.Timer(limit, proc.kill)
@@ -366,7 +376,7 @@ def java_load(classes: Path, server, work: Path, *args: object, limit: float = 3
     finally:
         killer.cancel()
     if code != 0 or result is None:
-        raise SystemExit(f"PeersLoad {args[0]} against {server.name} failed ({code}):\n{proc.stderr.read()[-3000:]}")
+        raise SystemExit(f"{main_class} {args[0]} against {server.name} failed ({code}):\n{proc.stderr.read()[-3000:]}")
     return result
 
 
@@ -682,6 +692,10 @@ def main() -> None:
     ap.add_argument("--py-sync-count", type=int, default=20_000, help="Python part: sync sends")
     ap.add_argument("--repeat", type=int, default=3, help="runs per system; the table shows medians")
     ap.add_argument("--skip", default="", help="comma list of parts to leave out: java,python")
+    ap.add_argument("--with-pop", action="store_true",
+                    help="also run bench/pop_peers.py once (POP consumption beside Apache RocketMQ 5.5.0, with the "
+                         "5.5.0 Java client) with --pop-count messages")
+    ap.add_argument("--pop-count", type=int, default=200_000, help="--with-pop: messages timed per POP workload")
     ap.add_argument("--before", metavar="REV", default=None,
                     help="also run pyrmq as of this git revision (broker and Python client), alternating with the "
                          "others, and print a before/after table")
@@ -771,7 +785,16 @@ def main() -> None:
                     keep(name, figures)
     if before_dir is not None:
         shutil.rmtree(before_dir, ignore_errors=True)
+    pop_table = None
+    if args.with_pop:
+        import pop_peers
+
+        with tempfile.TemporaryDirectory(prefix="pyrmq-pop-peers-") as tmp:
+            pop_table = pop_peers.table(pop_peers.run(Path(tmp), args.pop_count, 8), args.pop_count, 8)
     print(table(results, sizes))
+    if pop_table:
+        print()
+        print(pop_table)
     if "python" not in skip:
         print()
         print(table_floor(results, sizes))

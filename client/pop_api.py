@@ -30,6 +30,7 @@ from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
+from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.remoting.pop import (
     INIT_MODE_MAX,
     INIT_MODE_MIN,
@@ -73,8 +74,8 @@ ACK_BATCH = 32
 #: how often a consumer reads its group's settings again (the gRPC proxy's cache refresh: 20 s)
 GROUP_SETTINGS_INTERVAL = 20.0
 
-#: RocketMQ 5.x's GET_SUBSCRIPTIONGROUP_CONFIG (one group's config; pyrmq's broker serves the whole table only)
-GET_SUBSCRIPTIONGROUP_CONFIG = 352
+#: RocketMQ 5.x's GET_SUBSCRIPTIONGROUP_CONFIG (one group's config; 4.x brokers serve the whole table only)
+GET_SUBSCRIPTIONGROUP_CONFIG = RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG
 
 _POP_CK_MARK = PROPERTY_POP_CK.encode() + b"\x01"
 
@@ -143,7 +144,7 @@ class PopMessage(MessageExt):
     @property
     def message_group(self) -> str | None:
         """The sharding key a 5.x producer set (``__SHARDINGKEY``), if any."""
-        return self.properties.get("__SHARDINGKEY")
+        return self.properties.get(MessageProperty.SHARDING_KEY)
 
     def __repr__(self) -> str:
         return (f"<PopMessage {self.topic}/{self.broker_name}/{self.queue_id}@{self.queue_offset} id={self.msg_id}"

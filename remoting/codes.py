@@ -126,6 +126,11 @@ class RequestCode(enum.IntEnum):
     PUSH_REPLY_MESSAGE_TO_CLIENT = 326
     ADD_WRITE_PERM_OF_BROKER = 327
     GET_ALL_PRODUCER_INFO = 328
+    # RocketMQ 5.x: one group's config; the broker-side rebalance and request modes of the push consumer's POP mode
+    GET_SUBSCRIPTIONGROUP_CONFIG = 352
+    QUERY_ASSIGNMENT = 400
+    SET_MESSAGE_REQUEST_MODE = 401
+    GET_ALL_MESSAGE_REQUEST_MODE = 402
     # RocketMQ 5.x: POP consumption (broker plugins/broker/pop/, wire remoting/pop.py)
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051

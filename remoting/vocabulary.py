@@ -114,6 +114,8 @@ class MessageProperty:
     # replica follows its master's deliveries from the replicated store (docs/delay.md)
     DELAY_PARKED_OFFSET = "DELAY_PARKED_OFFSET"
     TIMER_PARKED_OFFSET = "TIMER_PARKED_OFFSET"
+    # 5.x: a FIFO message's message group (``MessageConst.PROPERTY_SHARDING_KEY``)
+    SHARDING_KEY = "__SHARDINGKEY"
 
 
 P = MessageProperty

@@ -1,7 +1,8 @@
 """Broker administration: topics, subscription groups, offsets and statistics (spec 2.1, 3.9, mqadmin's codes).
 
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
-UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), DELETE_SUBSCRIPTIONGROUP (207),
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200), GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201), GET_SUBSCRIPTIONGROUP_CONFIG (352,
+5.x), DELETE_SUBSCRIPTIONGROUP (207),
 GET_ALL_CONSUMER_OFFSET (43), GET_TOPIC_STATS_INFO (202), GET_CONSUME_STATS (208), GET_BROKER_RUNTIME_INFO (28),
 GET_CONSUMER_CONNECTION_LIST (203), INVOKE_BROKER_TO_RESET_OFFSET (222), QUERY_TOPIC_CONSUME_BY_WHO (300),
 GET_BROKER_CONFIG (26), UPDATE_BROKER_CONFIG (25, the keys plugins declare ``runtime=True``), GET_PRODUCER_CONNECTION_LIST
@@ -29,7 +30,7 @@ from pyrmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig, alter_attri
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.errors import RemotingError, RemotingTimeout
+from pyrmq.remoting.errors import HeaderError, RemotingError, RemotingTimeout
 from pyrmq.remoting.headers import HeaderBase, CreateTopicRequestHeader, header
 from pyrmq.remoting.validation import body_problem, system_topic_problem, topic_problem
 from pyrmq.store.format import decode_message_id
@@ -46,6 +47,11 @@ class TopicHeader(HeaderBase):
 @header
 class GroupHeader(HeaderBase):
     group_name: str
+
+
+@header
+class GetGroupConfigHeader(HeaderBase):
+    group: str
 
 
 @header
@@ -109,6 +115,7 @@ class AdminProcessor:
             RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: self.create_group,
             RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.all_group_config,
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
             RequestCode.DELETE_SUBSCRIPTIONGROUP: self.delete_group,
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.all_consumer_offset,
             RequestCode.GET_TOPIC_STATS_INFO: self.topic_stats,
@@ -181,6 +188,18 @@ class AdminProcessor:
 
     async def all_group_config(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         return request.make_response(ResponseCode.SUCCESS, body=json.dumps(self.ctx.groups.document()).encode())
+
+    async def group_config(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
+        """GET_SUBSCRIPTIONGROUP_CONFIG (352, RocketMQ 5.x): one group's config, as 5.5.0 answers it (an unknown group
+        SUBSCRIPTION_GROUP_NOT_EXIST ``No group in this broker``; no auto-creation)."""
+        try:
+            group = GetGroupConfigHeader.from_ext_fields(request.ext_fields).group
+        except HeaderError as exc:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
+        config = self.ctx.groups.table.get(group)
+        if config is None:
+            return request.make_response(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "No group in this broker")
+        return request.make_response(ResponseCode.SUCCESS, None, body=json.dumps(config.to_json()).encode())
 
     async def delete_group(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         self.ctx.groups.delete(GroupHeader.from_ext_fields(request.ext_fields).group_name)

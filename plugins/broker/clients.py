@@ -18,8 +18,11 @@ from pyrmq.remoting.message import java_string_hash
 log = logging.getLogger("pyrmq.broker.clients")
 
 SUB_ALL = "*"
-# Java enum ordinals, for clients that send the enums as numbers (spec 4.2)
-CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY")
+# Java enum ordinals, for clients that send the enums as numbers (spec 4.2); CONSUME_POP is 5.x's (a SimpleConsumer,
+# a push consumer in POP mode): kept, so that consumer lists, /metrics and the dashboard show POP consumers as such
+CONSUME_TYPES = ("CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP")
+#: 5.x's ``ConsumeType.typeCN``, lower case: the consume_mode label of rocketmq_consumer_connections
+CONSUME_MODES = {"CONSUME_ACTIVELY": "pull", "CONSUME_PASSIVELY": "push", "CONSUME_POP": "pop"}
 MESSAGE_MODELS = ("BROADCASTING", "CLUSTERING")
 CONSUME_FROM_WHERE = (
     "CONSUME_FROM_LAST_OFFSET",

@@ -16,6 +16,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from pyrmq.plugins.broker.clients import CONSUME_MODES
 from pyrmq.plugins.broker.stats import MESSAGE_SIZE_BUCKETS
 
 #: the labels every broker series carries (5.x): cluster, node type, node id (the broker name)
@@ -131,7 +132,7 @@ class BrokerCollector:
             p.add_metric(common + list(key), n)
         consumers: dict[tuple[str, str, str, str], int] = {}
         for group, info in list(ctx.consumers.groups.items()):
-            mode = "push" if info.consume_type == "CONSUME_PASSIVELY" else "pull"
+            mode = CONSUME_MODES.get(info.consume_type, "pull")
             for c in info.channels.values():
                 key = (group, str(c.language), str(c.version), mode)
                 consumers[key] = consumers.get(key, 0) + 1

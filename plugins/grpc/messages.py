@@ -29,7 +29,7 @@ from pyrmq.remoting.vocabulary import SYSTEM_PROPERTIES, MessageProperty
 Code = pb.Code
 P = MessageProperty
 
-SHARDING_KEY = "__SHARDINGKEY"
+SHARDING_KEY = MessageProperty.SHARDING_KEY
 BORN_HOST = "__BORNHOST"
 TRACE_CONTEXT = "TRACE_CONTEXT"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"

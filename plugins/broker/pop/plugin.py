@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from pyrmq.kernel.hookspecs import hookimpl
-from pyrmq.kernel.types import MetricCollector, Processor, RoleChange, StoreDispatcher
+from pyrmq.kernel.types import MetricCollector, Processor, RoleChange, SlaveSyncStep, StoreDispatcher
 from pyrmq.plugins.broker.pop.ack import AckProcessor
+from pyrmq.plugins.broker.pop.assignment import AssignmentProcessor, RequestModeSync
 from pyrmq.plugins.broker.pop.fifo import OrderBook, OrderState
 from pyrmq.plugins.broker.pop.journal import Journal, now_ms
 from pyrmq.plugins.broker.pop.ledger import Ledger, LiveRecord
@@ -67,6 +68,10 @@ class PopService:
         self.polling = PopLongPolling(self.settings.popPollingSize, self.settings.maxPopPollingSize, self._run_parked)
         self.revive = ReviveService(self)
         self.recovery = Recovery(self)
+        #: QUERY_ASSIGNMENT and the (topic, group) request modes (the Java push consumer's POP mode); served by
+        #: slaves too, which copy their master's modes
+        self.assignments = AssignmentProcessor(ctx, self.settings)
+        self.request_mode_sync = RequestModeSync(self.assignments)
         #: the commit-log end offset of the last record written (what an answer waits to be durable)
         self.last_end = 0
         #: messages acked (rocketmq_pop_revive_out_message ACK)
@@ -191,11 +196,10 @@ class PopService:
         return True
 
     def rewrite(self, record: LiveRecord) -> bool:
-        """Compaction: write a live record again at its revive queue's end."""
+        """Write a live record again at its revive queue's end (compaction, a revive put back for later)."""
         if isinstance(record, OrderState):
             return self.write_order(record)
         old_ro = record.ro
-        record.re_put += 1
         result = self.journal.append(record.revive_qid, CK_TAG, record.to_json(), group=record.group,
                                      topic=record.topic)
         if result.status is not PutMessageStatus.PUT_OK:
@@ -350,7 +354,14 @@ class PopService:
             RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.acks.change_invisible_time,
             RequestCode.NOTIFICATION: self.notifications.notification,
             RequestCode.POLLING_INFO: self.notifications.polling_info,
+            RequestCode.QUERY_ASSIGNMENT: self.assignments.query,
+            RequestCode.SET_MESSAGE_REQUEST_MODE: self.assignments.set_mode,
+            RequestCode.GET_ALL_MESSAGE_REQUEST_MODE: self.assignments.all_modes,
         }
+
+    @hookimpl(trylast=True)
+    def pyrmq_register_slave_sync(self) -> list[SlaveSyncStep]:
+        return [self.request_mode_sync]
 
     @hookimpl(trylast=True)
     def pyrmq_register_store_dispatchers(self) -> list[StoreDispatcher]:

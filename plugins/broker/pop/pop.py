@@ -10,6 +10,8 @@ order state (:mod:`.fifo`). Checks, in 5.5.0's order, each answered with its cod
 NO_PERMISSION; 7. ``queueId >= readQueueNums`` → INVALID_PARAMETER; 8. unknown group (no auto-creation) →
 SUBSCRIPTION_GROUP_NOT_EXIST, consume disabled → NO_PERMISSION; 9. an expression that does not compile →
 SUBSCRIPTION_PARSE_FAILED. (5.x's check 4, ``timerWheelEnable``, has no counterpart: POP does not use the timer.)
+pyrmq adds: a negative ``invisibleTime`` → INVALID_PARAMETER; a group whose retry topic name the store could not
+take (over 127 bytes: :meth:`PopMessageProcessor.retry_topic_problem`) → INVALID_PARAMETER, FIFO pops excepted.
 
 Reading order: with probability ``popFromRetryProbability`` % (never for FIFO) the group's retry topic first; then
 the topic (the queue asked for, or every readable queue from a random one); then, when the answer is not full, the
@@ -31,7 +33,7 @@ from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.plugins.broker.pop.journal import now_ms
 from pyrmq.plugins.broker.pop.polling import FULL, Parked
 from pyrmq.plugins.broker.pop.records import CheckPoint, QueueKey
-from pyrmq.plugins.broker.topics import is_readable
+from pyrmq.plugins.broker.topics import MAX_TOPIC_LENGTH, is_readable
 from pyrmq.remoting.codes import ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError
@@ -111,6 +113,8 @@ class PopMessageProcessor:
         self.rng = random.Random()
         #: 5.x's ``ckMessageNumber``: the revive queue of each request's checkpoints, round robin (even empty pops)
         self.counter = 0
+        #: (topic, group) -> why its pops are refused (:meth:`retry_topic_problem`), or None
+        self._retry_problems: dict[tuple[str, str], str | None] = {}
 
     # -- checks shared by POP, PEEK, NOTIFICATION, POLLING_INFO ---------------------------------------------------
 
@@ -154,6 +158,27 @@ class PopMessageProcessor:
             return (error or pop_error)(request, ResponseCode.SUBSCRIPTION_PARSE_FAILED,
                                         "parse the consumer's subscription failed")
 
+    def retry_topic_problem(self, topic: str, group: str) -> str | None:
+        """Why a (non-FIFO) pop of ``topic`` by ``group`` must be refused, or None: an unacked message comes back
+        through the group's retry topic ``%RETRY%<group>_<topic>``, which the store must be able to take. pyrmq's
+        commit log writes RocketMQ's message format V1, whose topic is at most 127 bytes; 5.5.0 writes a V2 record for
+        a longer retry topic (up to 255 bytes; beyond, its revive fails forever). Refused here, before any message is
+        handed out that could never come back."""
+        key = (topic, group)
+        cache = self._retry_problems
+        if key in cache:
+            return cache[key]
+        name = pop_retry_topic(topic, group, self.pop.settings.enableRetryTopicV2)
+        size = len(name.encode())
+        problem = None if size <= MAX_TOPIC_LENGTH else (
+            f"the retry topic {name} of consumer group {group} and topic {topic} would be {size} bytes, longer than "
+            f"{MAX_TOPIC_LENGTH}: an unacked message could never come back; use a shorter group or topic name "
+            f"(group + topic at most {MAX_TOPIC_LENGTH - len('%RETRY%_')} bytes)")
+        if len(cache) > 4096:
+            cache.clear()
+        cache[key] = problem
+        return problem
+
     # -- POP_MESSAGE ---------------------------------------------------------------------------------------------
 
     async def __call__(self, connection: Any, request: RemotingCommand) -> RemotingCommand | None:
@@ -187,8 +212,12 @@ class PopMessageProcessor:
         if h.invisible_time < 0:
             return pop_error(request, ResponseCode.INVALID_PARAMETER,
                              f"invisibleTime {h.invisible_time} is negative: the ms a popped message stays invisible")
-        pop.ensure_ready()
         fifo = h.order or group.consume_message_orderly
+        if not fifo:
+            problem = self.retry_topic_problem(h.topic, h.consumer_group)
+            if problem is not None:
+                return pop_error(request, ResponseCode.INVALID_PARAMETER, problem)
+        pop.ensure_ready()
         answer = self.execute(h, topic, message_filter, fifo)
         if answer.count:
             return self._found(connection, request, h, answer)

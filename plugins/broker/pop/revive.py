@@ -7,7 +7,11 @@
   host this broker. Then one ``bAck`` record marks those messages done (the broker acks on the consumer's behalf once
   the copy is stored), and the group's waiting pops are woken. 5.x waits for the checkpoint to leave the timer and
   for its revive pass, about 3 s after the due time; pyrmq revives at the due time. A message no longer in the store
-  is skipped, as 5.x does; a copy the store refuses is tried again a second later.
+  is skipped, as 5.x does. A copy the store refuses (disk full, a slave's read-only store) is tried again later, as
+  5.x re-puts a checkpoint: the checkpoint is written again with ``rp`` + 1 and its invisible time extended by
+  10 s, 20 s, 30 s, 1 min, ... 2 h (:data:`REPUT_INTERVALS_S`, 5.5.0's ``ckRewriteIntervalsInSeconds``), never
+  dropped; a retry topic the store could never take (a name over 127 bytes) is refused at the pop instead
+  (:mod:`.pop`).
 * **FIFO wake-ups.** When a FIFO queue's batch becomes visible again, the pops waiting for the queue are woken
   (``enableNotifyAfterPopOrderLockRelease``).
 * **Live offsets and compaction** (every second). Each revive queue's first live record (:mod:`.ledger`) is
@@ -45,8 +49,9 @@ COMPACT_RECORDS = 20_000
 COMPACT_BATCH = 1000
 #: checkpoints revived before letting other tasks run
 REVIVE_BATCH = 256
-#: ms before a revive the store refused is tried again
-RETRY_AFTER_MS = 1000
+#: seconds added to a checkpoint's invisible time at each revive the store refused (5.5.0's
+#: ``ckRewriteIntervalsInSeconds``; the last repeats)
+REPUT_INTERVALS_S = (10, 20, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 HOUSEKEEPING_MS = 1000
 RETRY_PREFIX = "%RETRY%"
 
@@ -73,6 +78,9 @@ class ReviveService:
         self.lateness: list[int] | None = None
         #: compaction: a live record this many records behind its queue's end (at least) is written again
         self.compact_records = COMPACT_RECORDS
+        #: revives put back for later (the store refused a retry copy), and the seconds added each time
+        self.put_back_count = 0
+        self.reput_intervals_s: tuple[float, ...] = REPUT_INTERVALS_S
 
     def note_due(self, due: int) -> None:
         """A checkpoint due at ``due`` was added: wake the service if it sleeps longer."""
@@ -128,18 +136,35 @@ class ReviveService:
         for ck in due:
             try:
                 self.revive(ck, now)
-            except Exception:  # never lose a checkpoint: it is tried again
-                log.exception("revive of %s@%s queue %d failed; trying again in %d ms", ck.group, ck.topic,
-                              ck.queue_id, RETRY_AFTER_MS)
-                self.pop.ledger.reschedule(ck, now + RETRY_AFTER_MS)
+            except Exception:  # never lose a checkpoint: it is tried again later
+                log.exception("revive of %s@%s queue %d failed", ck.group, ck.topic, ck.queue_id)
+                self.put_back(ck, now, "an error")
         return len(due) >= REVIVE_BATCH
+
+    def put_back(self, ck: CheckPoint, now: int, why: str) -> None:
+        """A revive that could not be done: try again later, each time later (5.5.0's ``rePutCK``). The checkpoint
+        is written again with ``rp`` + 1 and, once past its due time, its invisible time extended by the next of
+        :data:`REPUT_INTERVALS_S`, so a restart keeps the pace; it is never dropped."""
+        if ck.closed:
+            return
+        intervals = self.reput_intervals_s
+        step = intervals[min(ck.re_put, len(intervals) - 1)] * 1000
+        due = max(ck.due, now) + step
+        ck.re_put += 1
+        due = int(due)
+        self.pop.ledger.reschedule(ck, due)
+        self.put_back_count += 1
+        written = self.pop.rewrite(ck)
+        log.warning("revive of %s@%s queue %d (%d messages) not done (%s): try %d in %.0f s%s", ck.group, ck.topic,
+                    ck.queue_id, len(ck.unacked()), why, ck.re_put + 1, (due - now) / 1000,
+                    "" if written else " (the re-put checkpoint was not written: a restart tries it at once)")
 
     def revive(self, ck: CheckPoint, now: int) -> None:
         pop = self.pop
         ctx = self.ctx
         store = ctx.store
         done: list[int] = []
-        refused = False
+        refused = ""
         retry_topic = ck.topic if ck.topic.startswith(RETRY_PREFIX) else pop_retry_topic(
             ck.topic, ck.group, pop.settings.enableRetryTopicV2)
         for offset in ck.unacked():
@@ -163,9 +188,7 @@ class ReviveService:
             key = (ck.group, ck.topic, status)
             self.retried[key] = self.retried.get(key, 0) + 1
             if result.status is not PutMessageStatus.PUT_OK:
-                log.warning("revive of %s@%s queue %d offset %d refused by the store: %s %s", ck.group, ck.topic,
-                            ck.queue_id, offset, status, result.remark)
-                refused = True
+                refused = f"offset {offset} refused by the store: {status} {result.remark or ''}".rstrip()
                 break
             if result.append is not None:
                 ctx.stats.put(retry_topic, 1, result.append.wrote_bytes)
@@ -181,7 +204,7 @@ class ReviveService:
                 self.lateness.append(now_ms() - ck.due)
             pop.polling.notify_group(self.original_topic(ck), ck.group)
         if refused and not ck.closed:
-            pop.ledger.reschedule(ck, now + RETRY_AFTER_MS)
+            self.put_back(ck, now, refused)
 
     @staticmethod
     def original_topic(ck: CheckPoint) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import attrs
 
-from pyrmq.kernel.settings import at_least, between, setting
+from pyrmq.kernel.settings import at_least, between, one_of, setting
 
 
 @attrs.frozen
@@ -35,3 +35,11 @@ class PopSettings:
         10_000, check=at_least(1), help="in-flight messages per topic@group@queueId that stop popping, when enabled")
     enableNotifyAfterPopOrderLockRelease: bool = setting(
         True, help="wake parked FIFO pops when a queue's batch becomes visible again")
+    defaultMessageRequestMode: str = setting(
+        "PULL", check=one_of("PULL", "POP"),
+        help="how a group consumes a topic whose request mode was never set (SET_MESSAGE_REQUEST_MODE, mqadmin "
+             "setConsumeMode): what QUERY_ASSIGNMENT tells a push consumer without client rebalance")
+    defaultPopShareQueueNum: int = setting(
+        -1, help="popShareQueueNum of the default POP request mode (<= 0: every consumer pops every queue)")
+    serverLoadBalancerEnable: bool = setting(
+        True, help="QUERY_ASSIGNMENT splits a topic's queues among the group's consumers (false: all to each)")

@@ -132,8 +132,7 @@ class TransactionRecovery:
         if (half, op) != self._latest:
             self._latest = (half, op)
             self._waiting.append((self.store.commit_log.max_offset, half, op))
-        read_bound = self.store.read_bound
-        bound = None if read_bound is None else read_bound()
+        bound = self.store.read_bound  # the confirm offset (a property since the store's read-bound events)
         ready = None
         while self._waiting and (bound is None or self._waiting[0][0] <= bound):
             ready = self._waiting.pop(0)

@@ -1,4 +1,5 @@
-"""The Apache RocketMQ Java name server and broker (4.9.7 from Maven Central) as subprocesses on 127.0.0.1.
+"""The Apache RocketMQ Java name server and broker (4.9.7 from Maven Central; 5.5.0 with ``kind="server5"``) as
+subprocesses on 127.0.0.1.
 
     with JavaRocketMQ(tmp_path / "java", store_dir=tmp_path / "store") as rmq:
         rmq.namesrv_addr, rmq.broker_addr           # "127.0.0.1:<port>"
@@ -8,8 +9,10 @@ Everything the Java side writes stays under ``home``: ``ROCKETMQ_HOME`` / ``rock
 ``conf/logback_*.xml``, written here) and ``user.home`` (logs). The store (commit log, consume queues, index,
 ``config/*.json``, checkpoint, abort) goes to ``store_dir``. The broker listens on ``listenPort`` and also opens
 ``listenPort - 2`` (the VIP channel) and ``listenPort + 1`` (HA); the port is chosen so all three are free.
-Processes are stopped by pid. Shared by tests/e2e (the store-format oracle) and bench/peers.py; imports nothing
-of pyrmq.
+Processes are stopped by pid. Shared by tests/e2e (the store-format oracle, POP's reference) and bench/peers.py;
+imports nothing of pyrmq. 5.5.0 runs with the same JDK 17 flags and broker.conf keys; it logs through the logback
+configuration inside its broker jar, to ``user.home``/logs/rocketmqlogs (``home`` here), and needs no extra key for
+POP (its timer wheel is on by default).
 """
 
 from __future__ import annotations
@@ -123,7 +126,10 @@ class JavaRocketMQ:
     """A Java name server and one master broker writing ``store_dir``; a context manager stopping both."""
 
     def __init__(self, home: Path, store_dir: Path, *, broker_conf: dict[str, object] | None = None,
-                 broker_heap: str = "512m", namesrv_heap: str = "128m", log_level: str = "WARN") -> None:
+                 broker_heap: str = "512m", namesrv_heap: str = "128m", log_level: str = "WARN",
+                 kind: str = "server") -> None:
+        #: which classpath of tests/e2e/java runs: "server" (4.9.7) or "server5" (5.5.0)
+        self.kind = kind
         self.home = Path(home)
         self.store_dir = Path(store_dir)
         self.extra_conf = dict(broker_conf or {})
@@ -175,7 +181,7 @@ class JavaRocketMQ:
             (self.home / "namesrv.conf").write_text(f"listenPort={self.namesrv_port}\n")
             self.namesrv = JavaProcess(
                 "namesrv",
-                java_command("server", NAMESRV_MAIN, "-c", str(self.home / "namesrv.conf"), heap=self.namesrv_heap,
+                java_command(self.kind, NAMESRV_MAIN, "-c", str(self.home / "namesrv.conf"), heap=self.namesrv_heap,
                              props=props),
                 env, self.home / "namesrv.out",
             )
@@ -190,7 +196,7 @@ class JavaRocketMQ:
         conf = self.home / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in self.broker_conf().items()))
         self.broker = JavaProcess(
-            "broker", java_command("server", BROKER_MAIN, "-c", str(conf), heap=self.broker_heap, props=props),
+            "broker", java_command(self.kind, BROKER_MAIN, "-c", str(conf), heap=self.broker_heap, props=props),
             env, self.home / "broker.out",
         )
         self.broker.start(timeout)

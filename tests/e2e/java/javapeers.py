@@ -6,7 +6,9 @@ Two classpaths, each resolved once with ``mvn dependency:build-classpath`` into 
 - ``client``: rocketmq-client + rocketmq-tools 4.9.8 (tests/e2e/java/client/pom.xml), the conformance peer and the
   load generator of bench/peers.py;
 - ``server``: rocketmq-namesrv + rocketmq-broker 4.9.7 (tests/e2e/java/server/pom.xml), the store-format oracle and
-  the performance reference.
+  the performance reference;
+- ``client5`` / ``server5``: the same of 5.5.0 (tests/e2e/java/client5, server5): the POP conformance peer and
+  reference (tests/e2e/test_java_pop.py, bench/pop_peers.py). 5.5.1 is incomplete on Maven Central.
 
 Java sources of ours are compiled with ``javac`` once per content hash. Used by the test fixtures
 (tests/e2e/conftest.py) and by bench/peers.py (which puts this folder on ``sys.path``); it imports nothing of pyrmq.
@@ -61,11 +63,11 @@ def _digest(*paths: Path) -> str:
 
 
 def classpath(kind: str, *, timeout: float = 900) -> str:
-    """The resolved classpath of ``kind`` ("client" or "server"), fetching the jars on first use."""
+    """The resolved classpath of ``kind`` ("client", "server", "client5", "server5"), fetching the jars on first use."""
     check_tools()
     pom = HERE / kind / "pom.xml"
     if not pom.exists():
-        raise JavaPeerError(f"{pom}: no such pom (kind must be 'client' or 'server')")
+        raise JavaPeerError(f"{pom}: no such pom (kind must be 'client', 'server', 'client5' or 'server5')")
     out = cache_dir() / "java" / f"{kind}-{_digest(pom)}.classpath"
     if out.exists() and all(Path(j).exists() for j in out.read_text().split(os.pathsep) if j):
         return out.read_text().strip()
