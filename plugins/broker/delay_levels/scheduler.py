@@ -79,13 +79,13 @@ class DelayScheduling:
             return record
         try:
             return self.redirect(record) or record
-        except ValueError as exc:
-            return Rejection(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        except ValueError as exc:  # RocketMQ 4.9.7: its store's Integer.parseInt throws, the send answers SYSTEM_ERROR
+            return Rejection(ResponseCode.SYSTEM_ERROR, str(exc))
 
     def redirect(self, record: MessageRecord) -> MessageRecord | None:
         """Park a message with ``DELAY`` > 0 under SCHEDULE_TOPIC_XXXX (spec 7.6 store path); None leaves it alone.
 
-        Raises ValueError for a DELAY that is not an integer (the send answers MESSAGE_ILLEGAL). The record's tags
+        Raises ValueError for a DELAY that is not a Java int (the send answers SYSTEM_ERROR, as RocketMQ's). The record's tags
         code is now + the delay; a store with the broker's tags-code resolver derives it from the store time
         instead (:meth:`tags_code`), as it does at every later dispatch."""
         text = record.properties.get(PROPERTY_DELAY, "")
@@ -93,7 +93,7 @@ class DelayScheduling:
             level = java_int(text)  # Integer.parseInt, as Java's Message.getDelayTimeLevel: no blanks, no '_'
         except JavaNumberError as exc:
             raise ValueError(
-                f"property DELAY must be an integer delay level 1..{self.max_level}, got {text!r}, which {exc.reason}"
+                f"the property <DELAY> {exc.reason}: {text!r} (expected a delay level, 1..{self.max_level})"
             ) from None
         if level <= 0:
             return None
