@@ -15,7 +15,7 @@ import attrs
 
 from pyrmq.remoting.validation import (  # noqa: F401 - the checks are used from here by other broker modules
     NOT_ALLOWED_SEND_TOPICS,
-    TOPIC_MAX_LENGTH as MAX_TOPIC_LENGTH,
+    TOPIC_MAX_LENGTH,
     broker_system_topics,
     is_system_topic,
     not_allowed_send_problem,
@@ -39,6 +39,9 @@ from pyrmq.remoting.vocabulary import (  # noqa: F401 - the topic names are used
 )
 
 log = logging.getLogger("pyrmq.broker.topics")
+
+#: RocketMQ's longest topic name (``TopicValidator``), under the name other broker modules import from here
+MAX_TOPIC_LENGTH = TOPIC_MAX_LENGTH
 
 #: the most queues a topic may have (UPDATE_AND_CREATE_TOPIC; docs/decisions.md): every per-queue answer (topic
 #: stats, consume stats, offset reset) walks them all
