@@ -17,7 +17,7 @@ import trio
 
 from pyrmq.client import api
 from pyrmq.client.config import ClientConfig, check_name
-from pyrmq.client.errors import BrokerError, ClientError, TopicNotFoundError
+from pyrmq.client.errors import BrokerError, ClientError, InvalidMessageError, TopicNotFoundError
 from pyrmq.client.instance import ClientInstance
 from pyrmq.client.message import MessageExt, MessageQueue
 from pyrmq.client.route import TopicRoute
@@ -28,28 +28,30 @@ from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
 from pyrmq.remoting.message import decode_message_id
 from pyrmq.remoting.route import MASTER_ID, BrokerData
+from pyrmq.remoting.validation import SYSTEM_TOPICS, system_topic_problem  # noqa: F401 - SYSTEM_TOPICS: was ours
+from pyrmq.remoting.validation import is_system_topic as _is_rocketmq_system_topic
 from pyrmq.remoting.vocabulary import (
     AUTO_CREATE_TOPIC_KEY,
     DLQ_GROUP_TOPIC_PREFIX,
+    REPLY_TOPIC_SUFFIX,
     RETRY_GROUP_TOPIC_PREFIX,
-    SCHEDULE_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC,
     Permission,
 )
 
 __all__ = ["Admin", "ClusterInfo", "BrokerInfo", "QueueProgress", "SYSTEM_TOPIC_PREFIXES", "GROUP_DEFAULTS"]
 
-#: names the broker creates for itself; ``topic list`` marks them
-SYSTEM_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "rmq_sys_", "RMQ_SYS_")
-SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY, "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
-                           SCHEDULE_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
+#: what ``topic list`` also marks as the broker's own, besides RocketMQ's system topics: retry and dead-letter
+#: topics, and the upper-case ``RMQ_SYS_`` names (the transaction and trace topics are in the set already)
+SYSTEM_TOPIC_PREFIXES = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, "RMQ_SYS_")
 
 
 def is_system_topic(topic: str, cluster_or_broker_names: Iterable[str] = ()) -> bool:
-    """Built-in topics: TBW102 and friends, retry/DLQ topics, and those named after a cluster or broker (spec 6.6)."""
+    """Built-in topics for ``topic list``: RocketMQ's system topics (``TopicValidator``: TBW102 and friends, any
+    ``rmq_sys_`` name), those a broker adds (named after a cluster or broker, ``<cluster>_REPLY_TOPIC``; spec 6.6),
+    and retry/DLQ topics."""
     names = set(cluster_or_broker_names)
-    return (topic in SYSTEM_TOPICS or topic.startswith(SYSTEM_TOPIC_PREFIXES) or topic in names
-            or (topic.endswith("_REPLY_TOPIC") and topic[: -len("_REPLY_TOPIC")] in names))
+    names |= {name + REPLY_TOPIC_SUFFIX for name in names}
+    return _is_rocketmq_system_topic(topic, names) or topic.startswith(SYSTEM_TOPIC_PREFIXES)
 
 
 @attrs.frozen
@@ -213,6 +215,9 @@ class Admin(ClientService):
         as ``mqadmin updateTopic -a +message.type=FIFO`` does."""
         self._check_started()
         check_name("topic", topic)
+        problem = system_topic_problem(topic)  # Java's MQAdminImpl.createTopic checks it too (Validators.isSystemTopic)
+        if problem:
+            raise InvalidMessageError(problem)
         ext = {
             "topic": topic, "defaultTopic": AUTO_CREATE_TOPIC_KEY,
             "readQueueNums": read_queue_nums or queue_nums, "writeQueueNums": write_queue_nums or queue_nums,

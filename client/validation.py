@@ -7,21 +7,12 @@ from __future__ import annotations
 from pyrmq.client.config import check_name
 from pyrmq.client.errors import InvalidMessageError
 from pyrmq.client.message import SYSTEM_PROPERTIES, Message
-from pyrmq.remoting.vocabulary import (
-    AUTO_CREATE_TOPIC_KEY,
-    SCHEDULE_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC,
-    TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
-)
+from pyrmq.remoting.validation import NOT_ALLOWED_SEND_TOPICS, not_allowed_send_problem
 
 __all__ = ["validate_message", "validate_topic", "MAX_MESSAGE_SIZE", "MAX_PROPERTIES_SIZE", "NOT_ALLOWED_SEND_TOPICS"]
 
 MAX_MESSAGE_SIZE = 4 * 1024 * 1024
 MAX_PROPERTIES_SIZE = 32767
-#: topics no producer may send to (spec 2.4)
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC,
-                                     AUTO_CREATE_TOPIC_KEY})
 _VALID_TOPICS: set[str] = set()
 
 
@@ -30,8 +21,9 @@ def validate_topic(topic: str) -> None:
     if topic in _VALID_TOPICS:
         return
     check_name("topic", topic)
-    if topic in NOT_ALLOWED_SEND_TOPICS:
-        raise InvalidMessageError(f"sending to the system topic {topic!r} is not allowed")
+    problem = not_allowed_send_problem(topic)  # RocketMQ's set (TopicValidator), the one the broker refuses
+    if problem:
+        raise InvalidMessageError(f"{problem} (a system topic)")
     if len(_VALID_TOPICS) < 10_000:
         _VALID_TOPICS.add(topic)
 

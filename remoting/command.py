@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import struct
 from collections.abc import Callable, Sequence
 from json.encoder import encode_basestring as _esc  # the C version: quotes and escapes, keeps non-ASCII
@@ -305,9 +306,47 @@ class RemotingCommand:
 
 # ---- header decoders (used by framing.FrameDecoder too) -------------------------------------------------------
 
-# floats keep their text; "1.50" stays "1.50" (scan_once, the C scanner, is missing from typeshed's JSONDecoder)
+class _JsonFloat(str):
+    """A JSON number with a fraction or an exponent, kept as its text ("1.50" stays "1.50" in extFields) but told
+    apart from a JSON string where fastjson reads them differently (:func:`_header_int`)."""
+
+    __slots__ = ()
+
+
+# (scan_once, the C scanner, is missing from typeshed's JSONDecoder)
 _scan: Callable[[str, int], tuple[object, int]]
-_scan = json.JSONDecoder(parse_float=str).scan_once  # type: ignore[attr-defined]
+_scan = json.JSONDecoder(parse_float=_JsonFloat).scan_once  # type: ignore[attr-defined]
+_TRAILING_ZEROS = re.compile(r"\.0+$")
+
+
+def _header_int(value: object, name: str) -> int:
+    """A JSON header's ``code`` / ``opaque`` / ``flag`` / ``version`` that is not a JSON integer, read as RocketMQ's
+    fastjson reads it into an ``int`` field: absent or null -> 0, a boolean -> 1 or 0, a number with a fraction ->
+    truncated, text -> its number (``"310"``, ``"+310"``, ``"310.00"``, ``"1,000"``; ``""`` / ``"null"`` -> 0);
+    anything else (``" 310"``, ``"3_10"``, ``"310.7"``, an object, out of the int range) is a ProtocolError, on
+    which fastjson fails too and the Java broker closes the connection."""
+    if value is None:
+        return 0
+    if value is True or value is False:
+        return int(value)
+    number: int | None = None
+    if type(value) is _JsonFloat:
+        try:
+            number = int(float(value))
+        except (ValueError, OverflowError):
+            number = None
+    elif type(value) is str:
+        text = value.replace(",", "")
+        if text in ("", "null", "NULL"):
+            return 0
+        text = _TRAILING_ZEROS.sub("", text)
+        digits = text[1:] if text[:1] in ("-", "+") else text
+        number = int(text) if digits.isdecimal() else None
+    elif type(value) is int:
+        number = value
+    if number is None or not -0x80000000 <= number <= 0x7FFFFFFF:
+        raise ProtocolError(f"JSON header {name} is not an integer: {value!r:.50}")
+    return number
 
 
 def _coerce_ext(ext: dict[str, object]) -> dict[str, str]:
@@ -339,20 +378,22 @@ def _decode_json(header: bytes, body: bytes) -> RemotingCommand:
         raise ProtocolError("JSON header is not an object")
     code = h.get("code")
     if type(code) is not int:
-        raise ProtocolError(f"JSON header has no integer code: {code!r:.50}")
+        code = _header_int(code, "code")
     language = h.get("language", "JAVA")
     version = h.get("version", 0)
     opaque = h.get("opaque", 0)
     flag = h.get("flag", 0)
     if type(version) is not int or type(opaque) is not int or type(flag) is not int:
-        raise ProtocolError("JSON header version/opaque/flag must be integers")
+        version = version if type(version) is int else _header_int(version, "version")
+        opaque = opaque if type(opaque) is int else _header_int(opaque, "opaque")
+        flag = flag if type(flag) is int else _header_int(flag, "flag")
     if type(language) is not str:
         language = LANGUAGE_NAMES.get(language, "OTHER") if type(language) is int else "OTHER"
     remark = h.get("remark")
     if remark is not None and type(remark) is not str:
         remark = ext_value_text(remark)
     ext = h.get("extFields")
-    if ext:
+    if ext is not None:
         if type(ext) is not dict:
             raise ProtocolError("JSON header extFields is not an object")
         for v in ext.values():

@@ -16,7 +16,8 @@ order (so the requests of one connection are processed in order, like an ordered
   ``None`` to answer later from another task with ``await conn.send_response(response)`` (long polling, group
   commit). ``conn.start_soon(fn, *args)`` spawns such a task in the server's nursery.
 * A oneway request never gets a response, whatever the processor returns or raises.
-* Raising answers SYSTEM_ERROR (1) with the exception text.
+* Raising answers SYSTEM_ERROR (1) with the exception text (a ``HeaderError``: its text alone, which names the
+  field and what was expected).
 * When the owner has a ``request_timer`` (the server's, set by the metrics plugin at start), it is called after each
   processor with ``(request, response or None, elapsed ns)``: one ``monotonic_ns`` pair per request, nothing else.
 
@@ -59,7 +60,7 @@ from trio.lowlevel import (
 
 from .codes import RPC_ONEWAY, RPC_RESPONSE
 from .command import Buffer, RemotingCommand, next_opaque
-from .errors import ProtocolError, RemotingClosed, RemotingTimeout
+from .errors import HeaderError, ProtocolError, RemotingClosed, RemotingTimeout
 from .framing import FrameDecoder
 
 __all__ = ["Connection", "ConnectionOwner", "Processor", "RECV_SIZE"]
@@ -103,6 +104,8 @@ def _nbytes(buf: Buffer) -> int:
 
 def _exception_text(exc: BaseException) -> str:
     text = str(exc)
+    if isinstance(exc, HeaderError):  # "the custom field <queueId> is null": names the field, as Java's remark
+        return text
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

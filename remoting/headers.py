@@ -2,10 +2,12 @@
 
 Every class has ``from_ext_fields(ext)`` and ``to_ext_fields()``:
 
-* in: any JSON scalar is accepted and coerced (numbers -> int, ``"true"`` case-insensitively / JSON ``true`` ->
-  True, anything else -> False, as Java's ``Boolean.parseBoolean``); unknown keys (``bname``, ``AccessKey`` ...)
-  are ignored; a missing required field or an unparsable number raises ``HeaderError`` (a processor letting it
-  escape answers SYSTEM_ERROR, like Java's ``RemotingCommandException``);
+* in: any JSON scalar is accepted and coerced (numbers by Java's rules, :mod:`pyrmq.remoting.validation`: an
+  ``Int`` field as ``Integer.parseInt``, an ``int`` field as ``Long.parseLong``, so no blanks, no ``_``, in range;
+  ``"true"`` case-insensitively / JSON ``true`` -> True, anything else -> False, as Java's
+  ``Boolean.parseBoolean``); unknown keys (``bname``, ``AccessKey`` ...) are ignored; a missing required field or a
+  number Java refuses raises ``HeaderError`` naming the field (a processor letting it escape answers SYSTEM_ERROR
+  with its text, like Java's ``RemotingCommandException``);
 * out: every non-None field as text (booleans ``"true"``/``"false"``), the form every client accepts.
 
 The converters are generated once per class (attrs-style code generation): the send path decodes a header per
@@ -20,15 +22,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast, dataclass_transform, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeAlias, TypeVar, cast, dataclass_transform, overload
 
 import attrs
 
 from .errors import HeaderError
+from .validation import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN, JavaNumberError, java_number
 
 __all__ = [
     "header",
     "HeaderBase",
+    "Int",
     "wire",
     "SendMessageRequestHeader",
     "SendMessageResponseHeader",
@@ -75,6 +79,10 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+#: the type of a header field Java declares ``Integer`` / ``int``: read with ``Integer.parseInt``'s rules and range
+#: (a plain ``int`` field is a Java ``Long`` / ``long``: ``Long.parseLong``'s). An alias, so values are plain ints.
+Int: TypeAlias = int
 
 
 class HeaderBase:
@@ -129,12 +137,19 @@ def _text(v: object) -> str:
 
 
 def _int(v: object, key: str) -> int:
-    if type(v) is int:
-        return v
+    """An ``Int`` field's value (``Integer.parseInt``), or HeaderError naming the field and what was expected."""
     try:
-        return int(v)  # type: ignore[call-overload,no-any-return]  # any value: int() raises TypeError, caught below
-    except (TypeError, ValueError):
-        raise HeaderError(key, f"the custom field <{key}> is not a number: {v!r:.40}") from None
+        return java_number(v, INT_MIN, INT_MAX, "int")
+    except JavaNumberError as exc:
+        raise HeaderError(key, f"the custom field <{key}> {exc.reason}: {v!r:.40}") from None
+
+
+def _long(v: object, key: str) -> int:
+    """An ``int`` field's value (``Long.parseLong``), or HeaderError naming the field and what was expected."""
+    try:
+        return java_number(v, LONG_MIN, LONG_MAX, "long")
+    except JavaNumberError as exc:
+        raise HeaderError(key, f"the custom field <{key}> {exc.reason}: {v!r:.40}") from None
 
 
 def _bool(v: object) -> bool:
@@ -147,7 +162,7 @@ def _missing(key: str) -> HeaderError:
     return HeaderError(key, f"the custom field <{key}> is null")
 
 
-_KIND = re.compile(r"^\s*(str|int|bool)\s*(\|\s*None)?\s*$")
+_KIND = re.compile(r"^\s*(str|int|Int|bool)\s*(\|\s*None)?\s*$")
 
 
 def _field_kind(f: attrs.Attribute[object]) -> str:
@@ -156,7 +171,7 @@ def _field_kind(f: attrs.Attribute[object]) -> str:
         t = t.__name__
     m = _KIND.match(str(t))
     if not m:
-        raise TypeError(f"header field {f.name}: unsupported type {t!r} (str, int, bool, optionally | None)")
+        raise TypeError(f"header field {f.name}: unsupported type {t!r} (str, Int, int, bool, optionally | None)")
     return m.group(1)
 
 
@@ -167,7 +182,7 @@ _ToExt = Callable[[H], dict[str, str]]
 def _compile(cls: type[H], names: dict[str, str]) -> tuple[_FromExt[H], _ToExt[H]]:
     """Generate ``from(cls, ext)`` and ``to(self)`` for the wire names ``names`` (attribute -> key)."""
     fields = attrs.fields(cls)
-    ns: dict[str, object] = {"_text": _text, "_int": _int, "_bool": _bool, "_missing": _missing}
+    ns: dict[str, object] = {"_text": _text, "_int": _int, "_long": _long, "_bool": _bool, "_missing": _missing}
     src_from = ["def from_ext(cls, ext):", "    get = ext.get"]
     src_to = ["def to_ext(self):", "    d = {}"]
     args = []
@@ -185,8 +200,10 @@ def _compile(cls: type[H], names: dict[str, str]) -> tuple[_FromExt[H], _ToExt[H
             missing = f"d_{f.name}"
         if kind == "str":
             conv = "v if type(v) is str else _text(v)"
+        elif kind == "Int":  # the usual text (no sign, nine digits at most) inline, the rest by Java's rules
+            conv = f"int(v) if type(v) is str and v.isdecimal() and len(v) < 10 else _int(v, {key!r})"
         elif kind == "int":
-            conv = f"v if type(v) is int else _int(v, {key!r})"
+            conv = f"int(v) if type(v) is str and v.isdecimal() and len(v) < 19 else _long(v, {key!r})"
         else:
             conv = "_bool(v)"
         if missing is None:
@@ -196,7 +213,7 @@ def _compile(cls: type[H], names: dict[str, str]) -> tuple[_FromExt[H], _ToExt[H
         src_to.append(f"    v = self.{f.name}")
         if kind == "str":
             out = "v"
-        elif kind == "int":
+        elif kind in ("int", "Int"):
             out = "str(v)"
         else:
             out = "'true' if v else 'false'"
@@ -235,10 +252,11 @@ def header(
         from_v2, to_v2 = _compile(c, names2)
         setattr(c, "to_ext_fields_v2", to_v2)
         setattr(c, "WIRE_NAMES_V2", names2)
-        probe = names2[next(iter(v2))]  # e.g. "a": present only in the V2 spelling
+        # the first two V2 keys (e.g. "a", "b"): either present only in the V2 spelling
+        probe, probe2 = (names2[name] for name in list(v2)[:2])
 
         def from_ext_fields(klass: type[H], ext: Mapping[str, object]) -> H:
-            return from_v2(klass, ext) if probe in ext else from_v1(klass, ext)
+            return from_v2(klass, ext) if probe in ext or probe2 in ext else from_v1(klass, ext)
 
         setattr(c, "from_ext_fields", classmethod(from_ext_fields))
         return c
@@ -257,20 +275,23 @@ _SEND_V2 = {
 
 @header(v2=_SEND_V2)
 class SendMessageRequestHeader(HeaderBase):
-    """Codes 10/324 (V1 names) and 310/320/325 (V2 names a..n); either spelling is read on any code."""
+    """Codes 10/324 (V1 names) and 310/320/325 (V2 names a..n); either spelling is read on any code.
 
-    producer_group: str
+    The producer group and the template topic and queue count may be missing, as RocketMQ's decoders only log it:
+    the template matters only when the topic is auto-created (the send path refuses there, naming the field)."""
+
     topic: str
-    default_topic: str
-    default_topic_queue_nums: int
-    queue_id: int
-    sys_flag: int
+    queue_id: Int
+    sys_flag: Int
     born_timestamp: int
-    flag: int
+    flag: Int
+    producer_group: str | None = None
+    default_topic: str | None = None
+    default_topic_queue_nums: Int | None = None
     properties: str | None = None
-    reconsume_times: int | None = None
+    reconsume_times: Int | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: Int | None = None
     batch: bool = False
     bname: str | None = None
 
@@ -286,7 +307,7 @@ class SendMessageRequestHeader(HeaderBase):
 @header
 class SendMessageResponseHeader(HeaderBase):
     msg_id: str
-    queue_id: int
+    queue_id: Int
     queue_offset: int
     transaction_id: str | None = None
 
@@ -297,10 +318,10 @@ class SendMessageResponseHeader(HeaderBase):
 class PullMessageRequestHeader(HeaderBase):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: Int
     queue_offset: int
-    max_msg_nums: int
-    sys_flag: int
+    max_msg_nums: Int
+    sys_flag: Int
     commit_offset: int
     suspend_timeout_millis: int
     sub_version: int
@@ -325,7 +346,7 @@ class PullMessageResponseHeader(HeaderBase):
 class QueryConsumerOffsetRequestHeader(HeaderBase):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: Int
 
 
 @header
@@ -337,14 +358,14 @@ class QueryConsumerOffsetResponseHeader(HeaderBase):
 class UpdateConsumerOffsetRequestHeader(HeaderBase):
     consumer_group: str
     topic: str
-    queue_id: int
+    queue_id: Int
     commit_offset: int
 
 
 @header
 class GetMaxOffsetRequestHeader(HeaderBase):
     topic: str
-    queue_id: int
+    queue_id: Int
 
 
 @header
@@ -355,7 +376,7 @@ class GetMaxOffsetResponseHeader(HeaderBase):
 @header
 class GetMinOffsetRequestHeader(HeaderBase):
     topic: str
-    queue_id: int
+    queue_id: Int
 
 
 @header
@@ -366,7 +387,7 @@ class GetMinOffsetResponseHeader(HeaderBase):
 @header
 class GetEarliestMsgStoretimeRequestHeader(HeaderBase):
     topic: str
-    queue_id: int
+    queue_id: Int
 
 
 @header
@@ -377,7 +398,7 @@ class GetEarliestMsgStoretimeResponseHeader(HeaderBase):
 @header
 class SearchOffsetRequestHeader(HeaderBase):
     topic: str
-    queue_id: int
+    queue_id: Int
     timestamp: int
 
 
@@ -407,7 +428,7 @@ class UnregisterClientRequestHeader(HeaderBase):
 class QueryMessageRequestHeader(HeaderBase):
     topic: str
     key: str
-    max_num: int
+    max_num: Int
     begin_timestamp: int
     end_timestamp: int
 
@@ -430,7 +451,7 @@ class EndTransactionRequestHeader(HeaderBase):
     producer_group: str
     tran_state_table_offset: int
     commit_log_offset: int
-    commit_or_rollback: int  # 0 unknown, 8 commit, 12 rollback
+    commit_or_rollback: Int  # 0 unknown, 8 commit, 12 rollback
     msg_id: str
     from_transaction_check: bool = False
     transaction_id: str | None = None
@@ -449,11 +470,11 @@ class CheckTransactionStateRequestHeader(HeaderBase):
 class ConsumerSendMsgBackRequestHeader(HeaderBase):
     offset: int
     group: str
-    delay_level: int
+    delay_level: Int
     origin_msg_id: str | None = None
     origin_topic: str | None = None
     unit_mode: bool = False
-    max_reconsume_times: int | None = None
+    max_reconsume_times: Int | None = None
     bname: str | None = None
 
 
@@ -461,11 +482,11 @@ class ConsumerSendMsgBackRequestHeader(HeaderBase):
 class CreateTopicRequestHeader(HeaderBase):
     topic: str
     default_topic: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
+    read_queue_nums: Int
+    write_queue_nums: Int
+    perm: Int
     topic_filter_type: str
-    topic_sys_flag: int | None = None
+    topic_sys_flag: Int | None = None
     order: bool = False
     attributes: str | None = None  # 5.x: "+message.type=FIFO" (AttributeParser), mqadmin updateTopic -a
 
@@ -480,7 +501,7 @@ class RegisterBrokerRequestHeader(HeaderBase):
     ha_server_addr: str
     broker_id: int
     compressed: bool = False
-    body_crc32: int = 0
+    body_crc32: Int = 0
 
 
 @header
@@ -510,7 +531,7 @@ class WipeWritePermOfBrokerRequestHeader(HeaderBase):
 
 @header
 class WipeWritePermOfBrokerResponseHeader(HeaderBase):
-    wipe_topic_count: int
+    wipe_topic_count: Int
 
 
 @header
@@ -520,7 +541,7 @@ class AddWritePermOfBrokerRequestHeader(HeaderBase):
 
 @header
 class AddWritePermOfBrokerResponseHeader(HeaderBase):
-    add_topic_count: int
+    add_topic_count: Int
 
 
 @header

@@ -633,8 +633,10 @@ def split_batch_body(body: bytes | memoryview) -> list[tuple[int, memoryview, by
             p += 2
             props = data[p : p + props_len]
             p += props_len
-        except struct.error as exc:
-            raise CorruptRecordError(None, pos, f"short batch entry: {exc}") from None
+        except struct.error:
+            raise CorruptRecordError(
+                None, pos, f"short batch entry: its fields run past the end of the body ({end - pos} bytes left)"
+            ) from None
         if size != p - pos or len(entry_body) != body_len or len(props) != props_len:
             raise CorruptRecordError(None, pos, f"batch entry size {size} does not match its fields")
         append((flag, entry_body, props))

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import attrs
 
 from .headers import HeaderBase, header
+from .validation import JavaNumberError, java_int, java_long
 
 __all__ = [
     "KEY_SEPARATOR", "POP_ORDER_REVIVE_QUEUE", "RETRY_FLAG_NORMAL", "RETRY_FLAG_V1", "RETRY_FLAG_V2",
@@ -113,12 +114,16 @@ def real_topic(topic: str, group: str, flag: str) -> str:
 
 # -- receipt handle ----------------------------------------------------------------------------------------------
 
+#: the handle's fields ``ExtraInfoUtil`` reads with ``Integer.valueOf`` (the others: ``Long.valueOf``)
+_HANDLE_INT_FIELDS = (3, 6)
+
+
 def _number(text: str, index: int, handle: str) -> int:
     try:
-        return int(text)
-    except ValueError:
+        return java_int(text) if index in _HANDLE_INT_FIELDS else java_long(text)
+    except JavaNumberError as exc:
         raise PopWireError(
-            "extraInfo", f"receipt handle {handle!r}: field {index + 1} ({_HANDLE_FIELDS[index]}) is not a number: "
+            "extraInfo", f"receipt handle {handle!r}: field {index + 1} ({_HANDLE_FIELDS[index]}) {exc.reason}: "
                          f"{text!r:.40}") from None
 
 
@@ -251,9 +256,9 @@ def _entries(text: str | None, field: str) -> list[tuple[str, str]]:
 
 def _int_value(value: str, field: str) -> int:
     try:
-        return int(value)
-    except ValueError:
-        raise PopWireError(field, f"{field}: {value!r:.40} is not a number") from None
+        return java_long(value)  # ExtraInfoUtil: Long.valueOf / Integer.valueOf, Java's number rules
+    except JavaNumberError as exc:
+        raise PopWireError(field, f"{field}: {value!r:.40} {exc.reason}") from None
 
 
 def parse_start_offset_info(text: str | None) -> dict[str, int]:
@@ -346,9 +351,9 @@ def _batch_int(entry: Mapping[str, object], name: str, index: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise PopWireError(_BATCH_FIELDS[name][0], f"acks[{index}].{_BATCH_FIELDS[name][0]} is not a number: {value!r:.40}")
     try:
-        return int(value)
-    except ValueError:
-        raise PopWireError(_BATCH_FIELDS[name][0], f"acks[{index}].{_BATCH_FIELDS[name][0]} is not a number: {value!r:.40}") from None
+        return java_long(value)  # fastjson reads a number given as text with Java's parser
+    except JavaNumberError as exc:
+        raise PopWireError(_BATCH_FIELDS[name][0], f"acks[{index}].{_BATCH_FIELDS[name][0]} {exc.reason}: {value!r:.40}") from None
 
 
 def encode_batch_ack_body(acks: Sequence[BatchAck], broker_name: str) -> bytes:

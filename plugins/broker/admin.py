@@ -26,18 +26,13 @@ from pyrmq.kernel.types import Processor
 from pyrmq.kernel.kernel import Kernel
 from pyrmq.plugins.broker.core import ROLE, BrokerContext, register_feature
 from pyrmq.plugins.broker.groups import SubscriptionGroupConfig
-from pyrmq.plugins.broker.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    AUTO_CREATE_TOPIC_KEY,
-    TopicConfig,
-    alter_attributes,
-    topic_problem,
-)
+from pyrmq.plugins.broker.topics import MAX_QUEUE_NUMS, TopicConfig, alter_attributes
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import HeaderError, RemotingError, RemotingTimeout
 from pyrmq.remoting.headers import HeaderBase, CreateTopicRequestHeader, header
+from pyrmq.remoting.validation import body_problem, system_topic_problem, topic_problem
 from pyrmq.store.format import decode_message_id
 from pyrmq.store.retention import disk_usage_ratio
 
@@ -88,6 +83,8 @@ class ViewBrokerStatsDataHeader(HeaderBase):
 
 
 CALL_CONSUMER_TIMEOUT = 10.0  # seconds, RocketMQ's Broker2Client.callClient
+#: ``TopicFilterType``'s names, what UPDATE_AND_CREATE_TOPIC's ``topicFilterType`` may say
+_TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
 
 
 @header
@@ -138,20 +135,28 @@ class AdminProcessor:
 
     async def create_topic(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
-        problem = topic_problem(h.topic)
+        # RocketMQ's checks (AdminBrokerProcessor#updateAndCreateTopic): the name, then the system topics
+        problem = topic_problem(h.topic) or system_topic_problem(h.topic, self.ctx.topics.system_topics)
         if problem:
             return request.make_response(ResponseCode.SYSTEM_ERROR, problem)
-        if h.topic == AUTO_CREATE_TOPIC_KEY or h.topic in NOT_ALLOWED_SEND_TOPICS:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
-        if not (1 <= h.read_queue_nums <= 1024 and 1 <= h.write_queue_nums <= 1024):
-            return request.make_response(ResponseCode.SYSTEM_ERROR, "readQueueNums and writeQueueNums must be from 1 to 1024")
+        if h.topic_filter_type not in _TOPIC_FILTER_TYPES:  # Java's TopicFilterType.valueOf throws
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"the custom field <topicFilterType> is {h.topic_filter_type!r}: expected SINGLE_TAG or MULTI_TAG",
+            )
+        # pyrmq's own bounds (docs/decisions.md): RocketMQ takes any int
+        for key, nums in (("readQueueNums", h.read_queue_nums), ("writeQueueNums", h.write_queue_nums)):
+            if not 0 <= nums <= MAX_QUEUE_NUMS:
+                return request.make_response(
+                    ResponseCode.SYSTEM_ERROR, f"the custom field <{key}> is {nums}: expected 0 to {MAX_QUEUE_NUMS}"
+                )
         existing = self.ctx.topics.get(h.topic)
         try:
             attributes = alter_attributes(existing.attributes if existing else {}, h.attributes, creating=existing is None)
         except ValueError as exc:
             return request.make_response(ResponseCode.SYSTEM_ERROR, f"attributes: {exc}")
         config = TopicConfig(
-            h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type or "SINGLE_TAG", h.topic_sys_flag or 0, bool(h.order),
+            h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type, h.topic_sys_flag or 0, bool(h.order),
             attributes,
         )
         self.ctx.topics.update(config)
@@ -161,8 +166,9 @@ class AdminProcessor:
 
     async def delete_topic(self, connection: Any, request: RemotingCommand) -> RemotingCommand:
         topic = TopicHeader.from_ext_fields(request.ext_fields).topic
-        if topic in NOT_ALLOWED_SEND_TOPICS or topic == AUTO_CREATE_TOPIC_KEY:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is a system topic and cannot be deleted")
+        problem = topic_problem(topic) or system_topic_problem(topic, self.ctx.topics.system_topics)
+        if problem:
+            return request.make_response(ResponseCode.SYSTEM_ERROR, problem)
         self.ctx.topics.delete(topic)
         self.ctx.offsets.delete_topic(topic)
         self.ctx.store.delete_topics({topic})
@@ -176,7 +182,7 @@ class AdminProcessor:
             data = fastjson.loads(request.body_bytes())
             config = SubscriptionGroupConfig.from_json(str(data["groupName"]), data)
         except (ValueError, KeyError, TypeError) as exc:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {exc!r}")
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad SubscriptionGroupConfig body: {body_problem(exc)}")
         self.ctx.groups.update(config)
         return request.make_response(ResponseCode.SUCCESS)
 

@@ -38,6 +38,7 @@ from pyrmq.remoting.headers import (
     UnregisterClientRequestHeader,
     UpdateConsumerOffsetRequestHeader,
 )
+from pyrmq.remoting.validation import body_problem
 
 log = logging.getLogger("pyrmq.broker.clients")
 
@@ -101,7 +102,7 @@ class ConsumerManageProcessor:
             except FilterExpressionError as exc:
                 return request.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"subscription of group {group}: {exc}")
             except (KeyError, TypeError, ValueError) as exc:
-                return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad consumer data of group {group}: {exc!r}")
+                return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad consumer data of group {group}: {body_problem(exc)}")
         for producer in data.get("producerDataSet") or []:
             group = str(producer.get("groupName") or "")
             if group:

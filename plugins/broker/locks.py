@@ -19,6 +19,7 @@ from pyrmq.plugins.broker.core import ROLE, register_feature
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.validation import body_problem
 
 LOCK_MAX_LIVE_TIME = 60.0
 
@@ -75,7 +76,7 @@ class LockProcessor:
         try:
             group, client_id, queues = _parse(request)
         except (ValueError, KeyError, TypeError) as exc:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad LockBatchRequestBody: {exc!r}")
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad LockBatchRequestBody: {body_problem(exc)}")
         granted = self.manager.try_lock(group, queues, client_id, trio.current_time())
         body = json.dumps({"lockOKMQSet": [_queue_json(k) for k in granted]}).encode()
         return request.make_response(ResponseCode.SUCCESS, body=body)
@@ -84,7 +85,7 @@ class LockProcessor:
         try:
             group, client_id, queues = _parse(request)
         except (ValueError, KeyError, TypeError) as exc:
-            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad UnlockBatchRequestBody: {exc!r}")
+            return request.make_response(ResponseCode.SYSTEM_ERROR, f"bad UnlockBatchRequestBody: {body_problem(exc)}")
         self.manager.unlock(group, queues, client_id)
         return request.make_response(ResponseCode.SUCCESS)
 

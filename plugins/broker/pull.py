@@ -248,12 +248,28 @@ class PullMessageProcessor:
         message_filter = self.resolve_filter(request, header)
         if isinstance(message_filter, RemotingCommand):
             return message_filter
+        if header.max_msg_nums < 0 and self._would_read(header):
+            # RocketMQ 4.9.7 fails in its store (an ArrayList of negative capacity) when there is a message to read
+            # (and never answers such a pull once parked: pyrmq refuses that one at once, docs/decisions.md)
+            return self._error(
+                request, ResponseCode.SYSTEM_ERROR,
+                f"the custom field <maxMsgNums> is {header.max_msg_nums}: expected a number of messages, 0 or more",
+            )
         response = self.execute(connection, request, header, message_filter, first=True)
         if response is None:
             own = self.settings
             timeout = header.suspend_timeout_millis if own.longPollingEnable else own.shortPollingTimeMills
             self.hold.park(ParkedPull(connection, request, header, message_filter, trio.current_time() + timeout / 1000))
         return response
+
+    def _would_read(self, header: PullMessageRequestHeader) -> bool:
+        """Whether the pull reads a message now (its offset holds one) or may park until one comes."""
+        store = self.ctx.store
+        return bool(header.sys_flag & PullSysFlag.SUSPEND) or (
+            store.get_min_offset_in_queue(header.topic, header.queue_id)
+            <= header.queue_offset
+            < store.get_max_offset_in_queue(header.topic, header.queue_id)
+        )
 
     def resolve_filter(self, request: RemotingCommand, header: PullMessageRequestHeader) -> Any:
         """The pull's filter, or the error response: the subscription in the header (sysFlag 0x4), else the group's
@@ -262,7 +278,7 @@ class PullMessageProcessor:
         property filter (SQL92) answers from the results kept at dispatch (:class:`FilterResultsDispatcher`)."""
         ctx = self.ctx
         settings = ctx.settings
-        expression_type = (header.expression_type or "TAG").upper()
+        expression_type = header.expression_type or "TAG"  # as sent: Java's isTagType knows "TAG" only
         if header.sys_flag & PullSysFlag.SUBSCRIPTION:
             # Java delivers everything when SQL in the header does not compile; we refuse it (docs/decisions.md)
             if not is_tag_type(expression_type) and not settings.enablePropertyFilter:
@@ -275,7 +291,7 @@ class PullMessageProcessor:
                 # the group's registered filter data for the same expression (ali-ons registers it by heartbeat too)
                 data = ctx.consumer_filters.get(header.topic, header.consumer_group)
                 if (data is not None and data.compiled is not None and data.expression == header.subscription
-                        and data.expression_type.upper() == expression_type):
+                        and data.expression_type == expression_type):
                     message_filter = data.pull_filter(header.queue_id)
         else:
             info = ctx.consumers.groups.get(header.consumer_group)

@@ -21,17 +21,13 @@ from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import StateKey
 from pyrmq.kernel.types import PutContext, PutKind, Rejection
 from pyrmq.plugins.broker.core import BROKER, BrokerContext
-from pyrmq.plugins.broker.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    PERM_WRITE,
-    Permission,
-    RETRY_GROUP_TOPIC_PREFIX,
-    topic_problem,
-)
+from pyrmq.plugins.broker.topics import PERM_WRITE, TopicCreationRefused
 from pyrmq.remoting.codes import MQVersion, RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand, json_text
 from pyrmq.remoting.errors import RemotingError
 from pyrmq.remoting.headers import SendMessageRequestHeader, SendMessageResponseHeader
+from pyrmq.remoting.validation import JavaNumberError, java_int, java_long, not_allowed_send_problem, topic_problem
+from pyrmq.remoting.vocabulary import RETRY_GROUP_TOPIC_PREFIX, Permission
 from pyrmq.remoting.vocabulary import MessageProperty
 from pyrmq.store.errors import CorruptRecordError
 from pyrmq.store.format import (
@@ -75,6 +71,13 @@ _PUT_CODE = {
 }
 
 
+def _unencodable(exc: UnicodeEncodeError, key: str) -> str:
+    """The remark refusing properties that hold a lone UTF-16 surrogate (a JSON ``\\ud800`` escape): RocketMQ
+    stores ``?`` in its place; pyrmq refuses the message rather than store other text than was sent."""
+    return (f"the custom field <{key}> holds a lone UTF-16 surrogate {exc.object[exc.start:exc.end]!r}: message "
+            f"properties must be text UTF-8 can encode")
+
+
 class SendRejected(Exception):
     """A send refused before the append, with the response code and remark the client gets."""
 
@@ -88,8 +91,10 @@ class SendRejected(Exception):
 _V2 = SendMessageRequestHeader.WIRE_NAMES_V2
 #: the key whose presence makes a request's header V2 (what ``SendMessageRequestHeader.from_ext_fields`` tests)
 _V2_PROBE = _V2["producer_group"]
-#: the fields the one-pass path reads with ``ext[key]`` (a missing one: the general path's HeaderError), in the
-#: order :meth:`SendProcessor._send_one` unpacks them: every field of the header without a default
+_V2_PROPERTIES = _V2["properties"]
+_V1_PROPERTIES = SendMessageRequestHeader.WIRE_NAMES["properties"]
+#: the fields the one-pass path reads with ``ext[key]`` (a missing one: the general path decides), in the order
+#: :meth:`SendProcessor._send_one` unpacks them: every field of the header a client sends on every message
 _V2_REQUIRED_FIELDS = (
     "producer_group", "topic", "default_topic", "default_topic_queue_nums", "queue_id", "sys_flag", "born_timestamp",
     "flag",
@@ -103,6 +108,8 @@ _V2_OPTIONAL = tuple(_V2[name] for name in _V2_OPTIONAL_FIELDS)
 _SEND_BATCH = int(RequestCode.SEND_BATCH_MESSAGE)
 _SUCCESS = int(ResponseCode.SUCCESS)
 _PUT_OK = PutMessageStatus.PUT_OK
+#: the text of the numbers a send usually carries (queue ids, flags, counts), as ``Integer.parseInt`` reads it
+_SMALL_INTS = {str(i): i for i in range(1024)}
 #: topic names that passed :func:`topic_problem` and are not forbidden: remembered, since every send names one
 _MAX_CHECKED_TOPICS = 65536
 
@@ -136,8 +143,8 @@ class SendProcessor:
         self,
         topic: str,
         queue_id: int,
-        default_topic: str,
-        default_topic_queue_nums: int,
+        default_topic: str | None,
+        default_topic_queue_nums: int | None,
         born_host: tuple[str, int],
     ) -> tuple[Any, int]:
         """The checks of every send, in RocketMQ's order (AbstractSendMessageProcessor#msgCheck): a slave refuses,
@@ -153,8 +160,9 @@ class SendProcessor:
             problem = topic_problem(topic)
             if problem:
                 raise SendRejected(ResponseCode.SYSTEM_ERROR, problem)
-            if topic in NOT_ALLOWED_SEND_TOPICS:
-                raise SendRejected(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.")
+            problem = not_allowed_send_problem(topic)
+            if problem:
+                raise SendRejected(ResponseCode.NO_PERMISSION, problem)
             if len(self._checked_topics) >= _MAX_CHECKED_TOPICS:
                 self._checked_topics.clear()
             self._checked_topics.add(topic)
@@ -168,10 +176,18 @@ class SendProcessor:
                     f"request queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.writeQueueNums: "
                     f"[{config.write_queue_nums}] consumer: [{born_host[0]}]",
                 )
+            if config.write_queue_nums <= 0:  # (RocketMQ 4.9.7: an ArithmeticException, "/ by zero")
+                raise SendRejected(
+                    ResponseCode.SYSTEM_ERROR,
+                    f"request queueId[{queue_id}] asks for any queue, but topic[{topic}] has no write queue "
+                    f"(writeQueueNums {config.write_queue_nums})",
+                )
             queue_id = self.rng.randrange(config.write_queue_nums)
         return config, queue_id
 
-    def _config_to_write(self, topic: str, config: Any, default_topic: str, default_topic_queue_nums: int) -> Any:
+    def _config_to_write(
+        self, topic: str, config: Any, default_topic: str | None, default_topic_queue_nums: int | None
+    ) -> Any:
         """:meth:`check_fields` for a topic not known or not writable here: the config to write to (auto-created),
         or SendRejected."""
         ctx = self.ctx
@@ -182,7 +198,17 @@ class SendProcessor:
             if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 config = ctx.topics.create_system_topic(topic, 1, Permission.READ | Permission.WRITE)
             else:
-                config = ctx.topics.create_in_send(topic, default_topic, default_topic_queue_nums)
+                # a send that creates its topic needs the template and queue count (RocketMQ: a NullPointerException)
+                if default_topic is None or default_topic_queue_nums is None:
+                    key = "defaultTopic (c)" if default_topic is None else "defaultTopicQueueNums (d)"
+                    raise SendRejected(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"the custom field <{key}> is null: topic[{topic}] does not exist and would be created from it",
+                    )
+                try:
+                    config = ctx.topics.create_in_send(topic, default_topic, default_topic_queue_nums)
+                except TopicCreationRefused as exc:
+                    raise SendRejected(ResponseCode.SYSTEM_ERROR, exc.remark) from None
             if config is None:
                 raise SendRejected(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not config.perm & PERM_WRITE:
@@ -247,6 +273,9 @@ class SendProcessor:
                 result = self.ctx.store.put_message(record)
         except SendRejected as exc:
             return request.make_response(exc.code, exc.remark, dict(self.ext_common))
+        except UnicodeEncodeError as exc:  # properties (the header's or a re-addressed copy's) UTF-8 cannot encode
+            key = _V2_PROPERTIES if _V2_PROBE in request.ext_fields else _V1_PROPERTIES
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, _unencodable(exc, key), dict(self.ext_common))
         if result.status is PutMessageStatus.PUT_OK and result.append is not None:
             self.ctx.put_stats.add(result.append.msg_num)
             self.ctx.stats.put(header.topic, result.append.msg_num, result.append.wrote_bytes)
@@ -264,18 +293,40 @@ class SendProcessor:
         number, not text), a batch flag, or a message an interceptor wants returns ``_GENERIC`` before any side
         effect, and :meth:`send` takes the general path, which decides and answers as before."""
         try:
-            group, topic, default_topic, default_nums, queue_id, sys_flag, born_timestamp, flag = _V2_REQUIRED(ext)
-            text, reconsume, max_reconsume, batch = map(ext.get, _V2_OPTIONAL)
-            default_nums = int(default_nums)
-            queue_id = int(queue_id)
-            sys_flag = int(sys_flag)
-            born_timestamp = int(born_timestamp)
-            flag = int(flag)
-            reconsume_times = 0 if reconsume is None else int(reconsume)
-            if max_reconsume is not None:
-                int(max_reconsume)
-        except (KeyError, ValueError, TypeError):
-            return _GENERIC  # the general path names the field
+            group, topic, default_topic, nums_text, qid_text, sys_text, born_text, flag_text = _V2_REQUIRED(ext)
+        except KeyError:
+            return _GENERIC  # the general path names the missing field
+        text, reconsume, max_reconsume, batch = map(ext.get, _V2_OPTIONAL)
+        # the numbers by Java's rules (Integer.parseInt, Long.parseLong): the usual ones looked up ("0".."1023"),
+        # a born timestamp of plain digits converted, anything else through the parser; a number Java refuses
+        # leaves the send to the general path, which names the field
+        small = _SMALL_INTS.get
+        default_nums = small(nums_text)
+        queue_id = small(qid_text)
+        sys_flag = small(sys_text)
+        flag = small(flag_text)
+        reconsume_times = 0 if reconsume is None else small(reconsume)
+        if (
+            default_nums is None or queue_id is None or sys_flag is None or flag is None or reconsume_times is None
+            or (max_reconsume is not None and small(max_reconsume) is None)
+        ):
+            try:
+                default_nums = java_int(nums_text)
+                queue_id = java_int(qid_text)
+                sys_flag = java_int(sys_text)
+                flag = java_int(flag_text)
+                reconsume_times = 0 if reconsume is None else java_int(reconsume)
+                if max_reconsume is not None:
+                    java_int(max_reconsume)
+            except JavaNumberError:
+                return _GENERIC
+        if type(born_text) is str and born_text.isdecimal() and len(born_text) < 19:
+            born_timestamp = int(born_text)
+        else:
+            try:
+                born_timestamp = java_long(born_text)
+            except JavaNumberError:
+                return _GENERIC
         if (
             group is None
             or type(topic) is not str
@@ -295,9 +346,13 @@ class SendProcessor:
             config, queue_id = self.check_fields(topic, queue_id, default_topic, default_nums, born_host)
         except SendRejected as exc:
             return request.make_response(exc.code, exc.remark, dict(self.ext_common))
+        try:
+            encoded = encode_properties(properties).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, _unencodable(exc, _V2_PROPERTIES), dict(self.ext_common))
         result = ctx.store.put_one(
-            topic, queue_id, request.body_bytes(), flag, properties, encode_properties(properties).encode("utf-8"),
-            sys_flag, born_timestamp, born_host, ctx.store_host, reconsume_times,
+            topic, queue_id, request.body_bytes(), flag, properties, encoded, sys_flag, born_timestamp, born_host,
+            ctx.store_host, reconsume_times,
         )
         if result.status is _PUT_OK:
             ctx.put_stats.add(1)

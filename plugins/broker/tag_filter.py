@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pyrmq.kernel.errors import FilterExpressionError
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.kernel import Kernel
 from pyrmq.store.dispatch import TagsCodeFilter
@@ -17,14 +18,19 @@ SUB_ALL = "*"
 
 
 def compile_tag_expression(expression: str | None) -> TagsCodeFilter:
-    """``*`` / empty -> every message; ``TagA || TagB`` -> messages whose tag hash is one of theirs."""
-    text = (expression or "").strip()
-    if not text or text == SUB_ALL:
+    """Java's ``FilterAPI.buildSubscriptionData``: ``*`` / empty -> every message; ``TagA || TagB`` -> messages whose
+    tag hash is one of theirs (each tag trimmed, blank ones skipped). An expression that is nothing but separators
+    (``||``: Java's ``split`` leaves no part) is FilterExpressionError ("subString split error", a pull answers
+    SUBSCRIPTION_PARSE_FAILED); one whose parts are all blank (`` || ``) names no tag and matches no message."""
+    if not expression or expression == SUB_ALL:
         return TagsCodeFilter(None)
-    tags = [t.strip() for t in text.split("||") if t.strip()]
-    if not tags:
-        return TagsCodeFilter(None)
-    return TagsCodeFilter(frozenset(java_string_hash(t) for t in tags))
+    parts = expression.split("||")
+    while parts and not parts[-1]:  # Java's String.split drops the trailing empty strings
+        parts.pop()
+    if not parts:
+        raise FilterExpressionError(f"subString split error: {expression!r} names no tag")
+    tags = [t.strip() for t in parts]
+    return TagsCodeFilter(frozenset(java_string_hash(t) for t in tags if t))
 
 
 @hookimpl(trylast=True)

@@ -7,18 +7,30 @@ that name-server registration carries. Persisted to ``config/topics.json`` in Ro
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
+from pyrmq.remoting.validation import (  # noqa: F401 - the checks are used from here by other broker modules
+    NOT_ALLOWED_SEND_TOPICS,
+    TOPIC_MAX_LENGTH,
+    broker_system_topics,
+    is_system_topic,
+    not_allowed_send_problem,
+    system_topic_problem,
+    topic_problem,
+)
 from pyrmq.remoting.vocabulary import (  # noqa: F401 - the topic names are used from here by other broker modules
     AUTO_CREATE_TOPIC_KEY,
+    BENCHMARK_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
+    OFFSET_MOVED_EVENT_TOPIC,
+    REPLY_TOPIC_SUFFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
     TRACE_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
@@ -28,21 +40,20 @@ from pyrmq.remoting.vocabulary import (  # noqa: F401 - the topic names are used
 
 log = logging.getLogger("pyrmq.broker.topics")
 
-#: topics a producer may not send to directly (spec 2.4)
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC})
-MAX_TOPIC_LENGTH = 127
-_VALID = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+#: RocketMQ's longest topic name (``TopicValidator``), under the name other broker modules import from here
+MAX_TOPIC_LENGTH = TOPIC_MAX_LENGTH
+
+#: the most queues a topic may have (UPDATE_AND_CREATE_TOPIC; docs/decisions.md): every per-queue answer (topic
+#: stats, consume stats, offset reset) walks them all
+MAX_QUEUE_NUMS = 1024
 
 
-def topic_problem(topic: str | None) -> str | None:
-    """Why ``topic`` is not a valid topic name (spec 7.9), or None when it is."""
-    if not topic or not topic.strip():
-        return "the topic name is blank"
-    if len(topic) > MAX_TOPIC_LENGTH:
-        return f"the topic name is longer than {MAX_TOPIC_LENGTH} characters"
-    if not _VALID.match(topic):
-        return f"the topic name {topic!r} contains characters outside [%|a-zA-Z0-9_-]"
-    return None
+class TopicCreationRefused(Exception):
+    """A topic that may not be created as asked; ``remark`` says why (the send answers SYSTEM_ERROR with it)."""
+
+    def __init__(self, remark: str) -> None:
+        super().__init__(remark)
+        self.remark = remark
 
 
 #: RocketMQ 5.x's topic attribute saying which messages a topic takes (``TopicMessageType``); absent = NORMAL
@@ -173,6 +184,12 @@ class TopicConfigManager:
         self.on_created = on_created
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
+        #: what this broker adds to RocketMQ's system topics (``TopicValidator.addSystemTopic``): its cluster's and
+        #: its own name, ``<cluster>_REPLY_TOPIC``, the trace topic when tracing is on
+        self.system_topics = broker_system_topics(
+            settings.brokerClusterName, settings.brokerName,
+            TRACE_TOPIC if getattr(settings, "traceTopicEnable", False) else None,
+        )
 
     # -- loading and built-ins -------------------------------------------------------------------------------
 
@@ -187,13 +204,13 @@ class TopicConfigManager:
     def _add_builtins(self) -> None:
         s = self.settings
         builtins = [
-            TopicConfig("SELF_TEST_TOPIC", 1, 1),
-            TopicConfig("BenchmarkTest", 1024, 1024),
+            TopicConfig(SELF_TEST_TOPIC, 1, 1),
+            TopicConfig(BENCHMARK_TOPIC, 1024, 1024),
             TopicConfig(s.brokerClusterName, 16, 16, Permission.INHERIT | (Permission.READ | Permission.WRITE if s.clusterTopicEnable else 0)),
             TopicConfig(s.brokerName, 1, 1, Permission.INHERIT | (Permission.READ | Permission.WRITE if s.brokerTopicEnable else 0)),
-            TopicConfig("OFFSET_MOVED_EVENT", 1, 1),
+            TopicConfig(OFFSET_MOVED_EVENT_TOPIC, 1, 1),
             TopicConfig(SCHEDULE_TOPIC, 18, 18),
-            TopicConfig(f"{s.brokerClusterName}_REPLY_TOPIC", 1, 1),
+            TopicConfig(s.brokerClusterName + REPLY_TOPIC_SUFFIX, 1, 1),
         ]
         if s.autoCreateTopicEnable:
             builtins.append(TopicConfig(AUTO_CREATE_TOPIC_KEY, s.defaultTopicQueueNums, s.defaultTopicQueueNums, 7))
@@ -219,6 +236,10 @@ class TopicConfigManager:
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
+
+    def is_system_topic(self, topic: str) -> bool:
+        """RocketMQ's system topics, with the ones this broker adds (:attr:`system_topics`)."""
+        return is_system_topic(topic, self.system_topics)
 
     def registration_wrapper(self) -> dict[str, Any]:
         """TopicConfigSerializeWrapper for REGISTER_BROKER; topics carry the broker permission when it is not rw."""
@@ -252,7 +273,10 @@ class TopicConfigManager:
         return True
 
     def create_in_send(self, topic: str, default_topic: str | None, queue_nums: int, topic_sys_flag: int = 0) -> TopicConfig | None:
-        """Auto-create ``topic`` on first send from the template topic (TBW102) when it allows it (spec 7.3)."""
+        """Auto-create ``topic`` on first send from the template topic (TBW102) when it allows it (spec 7.3), with
+        ``min(queue_nums, the template's write queues)`` queues. None when the template does not allow it;
+        TopicCreationRefused when that count is below one (RocketMQ 4.9.7 creates a topic without queues, then refuses
+        the send: pyrmq refuses without creating it, docs/decisions.md)."""
         existing = self.table.get(topic)
         if existing is not None:
             return existing
@@ -261,7 +285,12 @@ class TopicConfigManager:
             return None
         if not template.perm & Permission.INHERIT:
             return None
-        nums = max(1, min(int(queue_nums), template.write_queue_nums))
+        nums = min(int(queue_nums), template.write_queue_nums)
+        if nums < 1:
+            raise TopicCreationRefused(
+                f"defaultTopicQueueNums[{queue_nums}] is illegal: topic[{topic}] would be created from "
+                f"[{template.topic_name}] with {max(nums, 0)} queues; a topic needs at least one"
+            )
         config = TopicConfig(
             topic,
             nums,

@@ -24,7 +24,6 @@ from google.protobuf.message import DecodeError
 
 from pyrmq.kernel.types import PutContext, PutKind, Rejection, TransactionState
 from pyrmq.plugins.broker.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
     is_writeable,
     message_type_of,
     topic_problem,
@@ -306,7 +305,8 @@ class MessagingService:
         problem = topic_problem(topic)
         if problem:
             raise Refused(Code.ILLEGAL_TOPIC, problem)
-        if topic in NOT_ALLOWED_SEND_TOPICS or topic.startswith(("rmq_sys_", "RMQ_SYS_")):
+        # 5.x's GrpcValidator: TopicValidator.isSystemTopic (its set, the broker's own names, the rmq_sys_ prefix)
+        if self.ctx.topics.is_system_topic(topic):
             raise Refused(Code.ILLEGAL_TOPIC, f"cannot access system topic {topic}")
 
     def _check_group(self, group: str) -> None:

@@ -119,6 +119,22 @@ def spawn(tmp_path):
         role.kill()
 
 
+@pytest.fixture
+def failover_group(spawn, broker_port, tmp_path):
+    """``failover_group(etcd_endpoint, namesrv, size, *settings, name="broker-f", plugin="")``: a
+    :class:`~tests.e2e.failover_group.FailoverGroup` of ``size`` replicas under automatic failover on etcd, not
+    started yet (``start_all()``); its replicas are killed at teardown. The helpers beside it (``until``,
+    ``commit_log``, ...) are imported with ``from .failover_group import ...``."""
+    from .failover_group import FailoverGroup
+
+    def make(etcd_endpoint: str, namesrv: str, size: int, *settings: str, name: str = "broker-f",
+             plugin: str = "") -> FailoverGroup:
+        return FailoverGroup(spawn, broker_port, tmp_path, etcd_endpoint, namesrv, size, *settings, name=name,
+                             plugin=plugin)
+
+    return make
+
+
 # -- the official Apache RocketMQ Java client (tests/e2e/java) ----------------------------------------------------
 
 sys.path.insert(0, str(Path(__file__).parent / "java"))

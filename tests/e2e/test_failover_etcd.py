@@ -17,7 +17,6 @@ import signal
 import statistics
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import trio
@@ -26,141 +25,20 @@ from pyrmq.client import Message, Producer, PushConsumer
 from pyrmq.client.config import ClientConfig
 from pyrmq.client.errors import ClientError
 from pyrmq.kernel.errors import PyrmqError
-from pyrmq.kernel.bundles import packaged_bundle_path
-from pyrmq.plugins.broker.failover.etcd import EtcdClient, EtcdError
+from pyrmq.plugins.broker.failover.etcd import EtcdClient
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
 
+from .failover_group import TTL, commit_log, has_topic, until
+
 ROUNDS = int(os.environ.get("PYRMQ_FAILOVER_ROUNDS", "2"))
 #: group sizes of the rounds test (`make failover`: 2,3)
 SIZES = [int(x) for x in os.environ.get("PYRMQ_FAILOVER_SIZES", "3").split(",")]
 REPORT = os.environ.get("PYRMQ_FAILOVER_REPORT", "")
-TTL = 2
 TOPIC = "FailoverTopic"
-CLUSTER = "DefaultCluster"
 GROUP = "broker-f"
-PREFIX = f"/pyrmq/v1/{CLUSTER}/{GROUP}/"
-
-
-async def _until(predicate, what: str, timeout: float = 30.0, interval: float = 0.1):
-    with trio.move_on_after(timeout):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await trio.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout} s")
-
-
-def _commit_log(store: Path) -> bytes:
-    """The replica's commit log as written (trailing zero bytes of the last file are not data)."""
-    directory = store / "commitlog"
-    files = sorted(directory.iterdir()) if directory.exists() else []
-    return b"".join(f.read_bytes() for f in files).rstrip(b"\0")
-
-
-class Group:
-    """The replicas of broker-f, each a `pyrmq broker -c <failover bundle>` process on its own port and store."""
-
-    def __init__(self, spawn, broker_port, tmp_path: Path, etcd_endpoint: str, namesrv: str, size: int, *sets: str,
-                 plugin: str = "") -> None:
-        self.spawn = spawn
-        self.broker_port = broker_port
-        self.tmp_path = tmp_path
-        self.namesrv = namesrv
-        self.bundle = tmp_path / "failover.toml"
-        text = packaged_bundle_path("failover").read_text().replace('"127.0.0.1:2379"', f'"{etcd_endpoint}"')
-        text = text.replace("leaseTtl = 3", f"leaseTtl = {TTL}")
-        if plugin:
-            text = text.replace("uncleanElection = false\n", "")
-        self.bundle.write_text(text + "slaveSyncInterval = 500\nslaveSyncFirstDelay = 200\n" + plugin)
-        self.sets = sets
-        self.ports: dict[int, int] = {}
-        for rid in range(1, size + 1):
-            self.ports[rid] = broker_port(*self._picked())
-        self.roles: dict = {}
-
-    def _picked(self) -> list[int]:
-        """The ports of the replicas' listeners: each one's own, VIP (- 2) and HA (+ 1)."""
-        return [p for port in self.ports.values() for p in (port - 2, port, port + 1)]
-
-    def store(self, rid: int) -> Path:
-        return self.tmp_path / f"replica-{rid}"
-
-    def addr(self, rid: int) -> str:
-        return f"127.0.0.1:{self.ports[rid]}"
-
-    def start(self, rid: int, attempts: int = 5):
-        """Start replica ``rid`` on its port. The port was free when it was picked; another process may have bound
-        it (or its VIP neighbour) since, and the broker then exits with EADDRINUSE before it serves or registers:
-        that start is made again on a freshly picked port (``addr(rid)`` follows)."""
-        settings = ["flushDiskType=SYNC_FLUSH", "mappedFileSizeCommitLog=4194304", "haSendHeartbeatInterval=500",
-                    f"brokerName={GROUP}", f"brokerId={rid}", *self.sets]
-        for attempt in range(attempts):
-            try:
-                self.roles[rid] = self.spawn(
-                    "broker", "-c", str(self.bundle), "--namesrv", self.namesrv, "--listen", self.addr(rid),
-                    "--store-dir", str(self.store(rid)), *[x for kv in settings for x in ("--set", kv)],
-                    name=f"replica-{rid}")
-                return self.roles[rid]
-            except AssertionError as exc:  # the role exited before its ready line; the message ends with its log
-                if "[Errno 98] Address already in use" not in str(exc) or attempt == attempts - 1:
-                    raise
-                taken = self.ports[rid]
-                self.ports[rid] = self.broker_port(*self._picked())  # the taken one is among the picked
-                print(f"replica {rid}: port {taken} taken by another process, starting on {self.ports[rid]}")
-
-    def start_all(self) -> None:
-        """Every replica at once (each start waits for its ready line in its own thread)."""
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(len(self.ports)) as pool:
-            list(pool.map(self.start, self.ports))
-
-    def kill(self, rid: int) -> None:
-        self.roles[rid].stop(signal.SIGKILL)
-
-    def signal(self, rid: int, sig: int) -> None:
-        os.kill(self.roles[rid].proc.pid, sig)
-
-    async def ready(self, client: EtcdClient) -> dict:
-        """A master elected, the topic on every replica, every replica in the in-sync set; the master's record."""
-        master = await _until(lambda: _master(client), "a master elected", 20)
-        await _create_topic(self.addr(master["replicaId"]))
-        for rid in self.ports:
-            await _until(lambda rid=rid: _has_topic(self.addr(rid)), f"{TOPIC} on replica {rid}")
-        await _until(lambda: _full(client, self), "every replica in the in-sync set", 30)
-        return master
-
-    async def caught_up(self, master_id: int, rids) -> None:
-        """Until each replica of ``rids`` holds as much commit log as the master; then assert each is a prefix."""
-        want = _commit_log(self.store(master_id))
-        for rid in rids:
-            await _until(lambda rid=rid: _true(len(_commit_log(self.store(rid))) >= len(want)),
-                         f"replica {rid} caught up with master {master_id}", 30)
-        master_log = _commit_log(self.store(master_id))
-        for rid in rids:
-            log = _commit_log(self.store(rid))
-            assert master_log.startswith(log), f"replica {rid}'s commit log is not a prefix of master {master_id}'s"
-
-
-async def _master(etcd: EtcdClient) -> dict | None:
-    """The ``master`` record; None while there is none or etcd does not answer (a leader change, a restart)."""
-    try:
-        kv = await etcd.get(PREFIX + "master")
-    except EtcdError:
-        return None
-    return kv.json() if kv else None
-
-
-async def _syncset(etcd: EtcdClient) -> list[int]:
-    try:
-        kv = await etcd.get(PREFIX + "syncset")
-    except EtcdError:
-        return []
-    return kv.json()["members"] if kv else []
 
 
 async def _route_master(namesrv: str) -> str | None:
@@ -181,15 +59,6 @@ async def _create_topic(addr: str, topic: str = TOPIC) -> None:
             "topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
             "topicFilterType": "SINGLE_TAG"})
         assert (await rc.invoke(addr, create)).code == ResponseCode.SUCCESS
-
-
-async def _has_topic(addr: str, topic: str = TOPIC) -> bool:
-    try:
-        async with RemotingClient() as rc:
-            topics = await rc.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}), timeout=2)
-    except RemotingError:
-        return False
-    return topic in json.loads(topics.body_bytes())["topicConfigTable"]
 
 
 class Sender:
@@ -229,15 +98,15 @@ class Sender:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("size", SIZES)
-async def test_failover_rounds_lose_no_acknowledged_message(spawn, broker_port, etcd, tmp_path, size):
+async def test_failover_rounds_lose_no_acknowledged_message(spawn, etcd, failover_group, size):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, size)
+    group = failover_group(etcd.endpoint, namesrv, size)
     group.start_all()
     rng = random.Random(int(os.environ.get("PYRMQ_FAILOVER_SEED", str(time.time_ns()))))
     failover_times: list[float] = []
     rounds: list[dict] = []
     async with EtcdClient([etcd.endpoint]) as client:
-        await group.ready(client)
+        await group.ready(client, TOPIC)
         config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
         async with Producer(config=config, group="failover_producer", send_timeout=3.0) as producer:
             sender = Sender(producer)
@@ -245,25 +114,25 @@ async def test_failover_rounds_lose_no_acknowledged_message(spawn, broker_port, 
                 await nursery.start(sender.run)
                 for n in range(ROUNDS):
                     # every live replica in the in-sync set (the precondition for an election without loss)
-                    await _until(lambda: _full(client, group), "every replica in the in-sync set", 30)
+                    await until(lambda: group.full(client), "every replica in the in-sync set", 30)
                     acked_before = len(sender.acked)
                     await trio.sleep(rng.uniform(0.3, 1.5))
-                    old = await _master(client)
+                    old = await group.master(client)
                     group.kill(old["replicaId"])
                     killed_at = trio.current_time()
-                    new = await _until(
-                        lambda: _new_master(client, old["epoch"]), "a new master holding the lease", TTL + 3, 0.02)
+                    new = await until(
+                        lambda: group.new_master(client, old["epoch"]), "a new master holding the lease", TTL + 3, 0.02)
                     elected = trio.current_time() - killed_at
                     failover_times.append(elected)
                     assert new["replicaId"] != old["replicaId"]
-                    await _until(lambda: _route_is(namesrv, new["addr"]), "the route naming the new master", 15)
+                    await until(lambda: _route_is(namesrv, new["addr"]), "the route naming the new master", 15)
                     group.start(old["replicaId"])
-                    await _until(lambda: _acked_more(sender, acked_before + 10), "sends acknowledged by the new master", 30)
+                    await until(lambda: _acked_more(sender, acked_before + 10), "sends acknowledged by the new master", 30)
                     rounds.append({"round": n, "killed": old["replicaId"], "elected": new["replicaId"],
                                    "epoch": new["epoch"], "seconds": round(elected, 3),
                                    "acked": len(sender.acked) - acked_before})
                 sender.stopping = True
-            master = await _master(client)
+            master = await group.master(client)
             await group.caught_up(master["replicaId"], group.ports)
     received = await _consume(config, sender.acked, 60, "failover_consumers")
     lost = _lost(sender.acked, received)
@@ -296,19 +165,6 @@ async def _consume(config: ClientConfig, acked: set[str], timeout: float, group:
 
 def _lost(acked: set[str], received: Counter) -> list[str]:
     return sorted(acked - set(received), key=lambda k: int(k.rpartition("-")[2]))
-
-
-async def _true(value) -> bool:
-    return bool(value)
-
-
-async def _full(client: EtcdClient, group: Group) -> bool:
-    return set(await _syncset(client)) == set(group.ports)
-
-
-async def _new_master(client: EtcdClient, old_epoch: int) -> dict | None:
-    master = await _master(client)
-    return master if master is not None and master["epoch"] > old_epoch else None
 
 
 async def _route_is(namesrv: str, addr: str) -> bool:
@@ -349,16 +205,16 @@ async def _send_keys(producer: Producer, keys: list[str]) -> set[str]:
 
 
 @pytest.mark.slow
-async def test_partition_old_master_acknowledges_nothing_after_losing_its_lease(spawn, broker_port, etcd, tmp_path):
+async def test_partition_old_master_acknowledges_nothing_after_losing_its_lease(spawn, etcd, failover_group):
     """The master SIGSTOPped longer than the lease TTL, a send waiting in its socket: the other replica is elected;
     after SIGCONT the old master answers that send with a failure (never SEND_OK), steps down, truncates what it
     appended alone and follows the new master: its commit log is a prefix of the new master's."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2)
+    group = failover_group(etcd.endpoint, namesrv, 2)
     group.start_all()
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
     async with EtcdClient([etcd.endpoint]) as client, Producer(config=config, group="failover_partition") as producer:
-        old = await group.ready(client)
+        old = await group.ready(client, TOPIC)
         acked = await _send_keys(producer, [f"before-{i}" for i in range(30)])
         assert len(acked) == 30
         group.signal(old["replicaId"], signal.SIGSTOP)
@@ -369,15 +225,16 @@ async def test_partition_old_master_acknowledges_nothing_after_losing_its_lease(
 
             nursery.start_soon(send_to_paused)
             try:
-                new = await _until(lambda: _new_master(client, old["epoch"]), "the other replica elected", TTL + 3, 0.05)
+                new = await until(lambda: group.new_master(client, old["epoch"]), "the other replica elected",
+                                  TTL + 3, 0.05)
                 acked |= await _send_keys(producer, [f"after-{i}" for i in range(30)])
             finally:
                 group.signal(old["replicaId"], signal.SIGCONT)
         assert len(answers) == 1 and answers[0].code != ResponseCode.SUCCESS, (answers[0].code, answers[0].remark)
         print(f"the paused master answered {answers[0].code} {answers[0].remark!r}")
         assert len(acked) == 60
-        assert (await _master(client))["replicaId"] == new["replicaId"]
-        await _until(lambda: _route_is(namesrv, new["addr"]), "the route naming the new master", 15)
+        assert (await group.master(client))["replicaId"] == new["replicaId"]
+        await until(lambda: _route_is(namesrv, new["addr"]), "the route naming the new master", 15)
         acked |= await _send_keys(producer, ["late-0"])
         await group.caught_up(new["replicaId"], group.ports)
     received = await _consume(config, acked, 30, "failover_partition_consumers")
@@ -404,15 +261,15 @@ async def _queue_max(rc: RemotingClient, addr: str) -> int:
 
 
 @pytest.mark.slow
-async def test_consumers_read_only_what_every_in_sync_replica_acknowledged(spawn, broker_port, etcd, tmp_path):
+async def test_consumers_read_only_what_every_in_sync_replica_acknowledged(spawn, etcd, failover_group):
     """The master's in-sync slave SIGSTOPped (slaveTimeout long enough that the set keeps it): a message sent now is
     stored but not SEND_OK, and a consumer pulling from the master does not get it (its long poll stays parked);
     after SIGCONT the slave acknowledges: SEND_OK, and the parked long poll and a new pull both get the message."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2, "slaveTimeout=30000")
+    group = failover_group(etcd.endpoint, namesrv, 2, "slaveTimeout=30000")
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
-        master = await group.ready(client)
+        master = await group.ready(client, TOPIC)
         addr = group.addr(master["replicaId"])
         slave = next(rid for rid in group.ports if rid != master["replicaId"])
         assert (await rc.invoke(addr, _send_request("confirmed-0"), timeout=10)).code == ResponseCode.SUCCESS
@@ -429,7 +286,7 @@ async def test_consumers_read_only_what_every_in_sync_replica_acknowledged(spawn
                     polled.append(await rc.invoke(addr, _pull_request(1, suspend_ms=25_000), timeout=30))
 
                 nursery.start_soon(send)
-                await _until(lambda: _true_async(_queue_max(rc, addr), 2), "the master storing the message", 10, 0.05)
+                await until(lambda: _true_async(_queue_max(rc, addr), 2), "the master storing the message", 10, 0.05)
                 nursery.start_soon(long_poll)
                 # the master has it (GET_MAX_OFFSET counts it) but no in-sync replica acknowledged it
                 pulled = await rc.invoke(addr, _pull_request(1), timeout=10)
@@ -453,16 +310,16 @@ async def _true_async(value, want) -> bool:
 
 
 @pytest.mark.slow
-async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(spawn, broker_port, etcd, tmp_path):
+async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(spawn, etcd, failover_group):
     """A group of 3: a pull from a slave gets what every in-sync replica acknowledged (the confirm offset its master's
     AutoSwitch transfer headers carry); with the third replica SIGSTOPped, a message the slave holds but the stopped
     replica has not acknowledged is not served by the slave, nor found by a key query or by its offset (on the
     slave and on the master); after SIGCONT the slave serves it to all three."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 3, "slaveTimeout=30000")
+    group = failover_group(etcd.endpoint, namesrv, 3, "slaveTimeout=30000")
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
-        master = await group.ready(client)
+        master = await group.ready(client, TOPIC)
         addr = group.addr(master["replicaId"])
         reader, stopped = (rid for rid in group.ports if rid != master["replicaId"])
         slave_addr = group.addr(reader)
@@ -473,7 +330,7 @@ async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(sp
             return _pulled_keys(response) if response.code == ResponseCode.SUCCESS else []
 
         # the slave learns the confirm offset from its master's next transfer header
-        assert await _until(lambda: slave_pulls(0), "the slave serving the confirmed message", 10) == ["confirmed-0"]
+        assert await until(lambda: slave_pulls(0), "the slave serving the confirmed message", 10) == ["confirmed-0"]
         # the next record starts where this one ends (VIEW_MESSAGE_BY_ID takes a commit-log offset)
         from pyrmq.store.format import decode_messages
 
@@ -488,7 +345,7 @@ async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(sp
 
                 nursery.start_soon(send)
                 # the slave stored it (its consume queue counts it) but the stopped replica did not acknowledge it
-                await _until(lambda: _true_async(_queue_max(rc, slave_addr), 2), "the slave storing the message", 10, 0.05)
+                await until(lambda: _true_async(_queue_max(rc, slave_addr), 2), "the slave storing the message", 10, 0.05)
                 pulled = await rc.invoke(slave_addr, _pull_request(1), timeout=10)
                 assert pulled.code == ResponseCode.PULL_NOT_FOUND, (pulled.code, _pulled_keys(pulled))
                 for where in (slave_addr, addr):
@@ -503,7 +360,7 @@ async def test_a_slave_serves_pulls_up_to_the_confirm_offset_and_never_beyond(sp
         finally:
             group.signal(stopped, signal.SIGCONT)
         assert sent[0].code == ResponseCode.SUCCESS, (sent[0].code, sent[0].remark)
-        assert await _until(lambda: slave_pulls(1), "the slave serving the message once confirmed", 10) == ["unconfirmed-1"]
+        assert await until(lambda: slave_pulls(1), "the slave serving the message once confirmed", 10) == ["unconfirmed-1"]
         queried = await rc.invoke(slave_addr, _query("unconfirmed-1"), timeout=10)
         assert queried.code == ResponseCode.SUCCESS and _pulled_keys(queried) == ["unconfirmed-1"]
         viewed = await rc.invoke(slave_addr, _view(confirmed_end), timeout=10)
@@ -533,7 +390,7 @@ async def _closed_by_peer(stream: trio.SocketStream, timeout: float = 10) -> boo
 
 @pytest.mark.slow
 async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_close_only_their_connection(
-        spawn, broker_port, etcd, tmp_path):
+        spawn, etcd, failover_group):
     """The master's HA port speaks 5.x's AutoSwitch frames: a slave handshake (state 1, flags, slaveBrokerId) is
     answered with the master's epoch entries, an ACK with a TRANSFER header (epoch, epoch start, confirm offset). A
     frame with an unknown state, an ACK before the handshake, or a frame cut short closes that connection only: the
@@ -541,10 +398,10 @@ async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_clo
     from pyrmq.plugins.broker.ha import autoswitch as wire
 
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2)
+    group = failover_group(etcd.endpoint, namesrv, 2)
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client, RemotingClient() as rc:
-        master = await group.ready(client)
+        master = await group.ready(client, TOPIC)
         addr = group.addr(master["replicaId"])
         assert (await rc.invoke(addr, _send_request("before"), timeout=10)).code == ResponseCode.SUCCESS
         host, _, port = master["haAddr"].rpartition(":")
@@ -569,10 +426,10 @@ async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_clo
                 while len(buffer) < wire.MASTER_HANDSHAKE.size + size:
                     buffer += await stream.receive_some(65536)
             assert (state, epoch) == (wire.HANDSHAKE, master["epoch"])
-            assert max_offset == len(_commit_log(group.store(master["replicaId"]))) > 0
+            assert max_offset == len(commit_log(group.store(master["replicaId"]))) > 0
             entries = [wire.EPOCH_ENTRY.unpack_from(buffer, wire.MASTER_HANDSHAKE.size + i) for i in range(0, size, 12)]
             epochs = {json.loads(kv.value)["startOffset"]: int(kv.key.rsplit("/", 1)[1])
-                      for kv in await client.range(PREFIX + "epochs/")}
+                      for kv in await client.range(group.prefix + "epochs/")}
             assert entries == sorted((e, start) for start, e in epochs.items())
             assert entries[-1][0] == master["epoch"]
             # an ACK at the master's end: a TRANSFER header with no body, the master's epoch and confirm offset
@@ -585,7 +442,7 @@ async def test_the_autoswitch_handshake_on_a_raw_socket_and_malformed_frames_clo
             assert (state, size, offset, epoch) == (wire.TRANSFER, 0, max_offset, master["epoch"])
             assert (epoch_start, confirm) == (entries[-1][1], max_offset)
         assert (await rc.invoke(addr, _send_request("after"), timeout=10)).code == ResponseCode.SUCCESS
-        assert master == await _master(client)
+        assert master == await group.master(client)
 
 
 async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
@@ -599,7 +456,7 @@ async def _receive_exactly(stream: trio.SocketStream, size: int) -> bytes:
 
 @pytest.mark.slow
 async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_a_good_one(
-        spawn, broker_port, etcd, tmp_path):
+        spawn, etcd, failover_group):
     """A replica follows the master etcd names, here a raw socket of the test's (epoch 3): its handshake is 5.x's
     (state 1, isSyncFromLastFile 0, isAsyncLearner 0, its replica id); an answer with an unknown state, then one of
     another epoch than etcd's, each close that connection (the replica reconnects, still running); the right answer
@@ -609,14 +466,14 @@ async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     ha_port = listeners[0].socket.getsockname()[1]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 1)
+    group = failover_group(etcd.endpoint, namesrv, 1)
     async with EtcdClient([etcd.endpoint]) as client:
         lease = await client.grant(60)
-        await client.put(PREFIX + "master", json.dumps(
+        await client.put(group.prefix + "master", json.dumps(
             {"replicaId": 9, "addr": "127.0.0.1:1", "haAddr": f"127.0.0.1:{ha_port}", "epoch": 3}), lease=lease)
-        await client.put(PREFIX + "epoch", "3")
-        await client.put(PREFIX + "epochs/3", json.dumps({"startOffset": 0, "replicaId": 9}))
-        await client.put(PREFIX + "syncset", json.dumps({"epoch": 3, "members": [9]}))
+        await client.put(group.prefix + "epoch", "3")
+        await client.put(group.prefix + "epochs/3", json.dumps({"startOffset": 0, "replicaId": 9}))
+        await client.put(group.prefix + "syncset", json.dumps({"epoch": 3, "members": [9]}))
         replica = group.start(1)
         handshake = wire.pack_slave_handshake(1, sync_from_last_file=False)
         answers = [
@@ -640,17 +497,17 @@ async def test_a_follower_refuses_a_malformed_or_wrong_epoch_handshake_and_acks_
 
 
 @pytest.mark.slow
-async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, broker_port, etcd_cluster, tmp_path):
+async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, etcd_cluster, failover_group):
     """A 3-member etcd cluster: one member SIGKILLed (the replicas use the next endpoint), then all three for
     longer than the lease TTL (``PYRMQ_FAILOVER_ETCD_OUTAGE`` s, 10 in `make failover`): the master keeps
     acknowledging writes; when etcd is back the same master holds the same epoch."""
     outage = float(os.environ.get("PYRMQ_FAILOVER_ETCD_OUTAGE", "3"))
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, ",".join(etcd_cluster.endpoints), namesrv, 2)
+    group = failover_group(",".join(etcd_cluster.endpoints), namesrv, 2)
     group.start_all()
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
     async with EtcdClient(etcd_cluster.endpoints) as client, Producer(config=config, group="failover_outage") as producer:
-        before = await group.ready(client)
+        before = await group.ready(client, TOPIC)
         acked = await _send_keys(producer, [f"before-{i}" for i in range(20)])
         etcd_cluster.members[0].kill()
         acked |= await _send_keys(producer, [f"one-down-{i}" for i in range(20)])
@@ -668,9 +525,9 @@ async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, br
                 await trio.sleep(0.01)
         etcd_cluster.start()
         assert outcomes == Counter({"SEND_OK": n - 1}) or outcomes == Counter({"SEND_OK": n}), outcomes
-        await _until(lambda: _master(client), "etcd answering again", 20)
+        await until(lambda: group.master(client), "etcd answering again", 20)
         await trio.sleep(TTL + 1)  # longer than a lease: an expiry would have shown by now
-        after = await _master(client)
+        after = await group.master(client)
         assert (after["replicaId"], after["epoch"]) == (before["replicaId"], before["epoch"])
         acked |= await _send_keys(producer, [f"after-{i}" for i in range(20)])
         await group.caught_up(before["replicaId"], group.ports)
@@ -680,17 +537,17 @@ async def test_etcd_cluster_down_writes_continue_and_nobody_is_elected(spawn, br
 
 
 @pytest.mark.slow
-async def test_negative_control_async_master_with_unclean_election_loses_messages(spawn, broker_port, etcd, tmp_path):
+async def test_negative_control_async_master_with_unclean_election_loses_messages(spawn, etcd, failover_group):
     """The checker can see loss: ASYNC_MASTER (SEND_OK before any slave has the message), the slave down while 50
     sends are acknowledged, the master SIGKILLed, the stale slave restarted and elected (uncleanElection): the
     acknowledged messages it never had are reported lost."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2, "brokerRole=ASYNC_MASTER",
+    group = failover_group(etcd.endpoint, namesrv, 2, "brokerRole=ASYNC_MASTER",
                   plugin="uncleanElection = true\nasyncFailover = true\n")
     group.start_all()
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
     async with EtcdClient([etcd.endpoint]) as client, Producer(config=config, group="failover_negative") as producer:
-        old = await group.ready(client)
+        old = await group.ready(client, TOPIC)
         acked = await _send_keys(producer, [f"before-{i}" for i in range(10)])
         await group.caught_up(old["replicaId"], group.ports)
         slave = next(rid for rid in group.ports if rid != old["replicaId"])
@@ -700,7 +557,7 @@ async def test_negative_control_async_master_with_unclean_election_loses_message
         assert len(tail) == 50
         group.kill(old["replicaId"])
         group.start(slave)
-        await _until(lambda: _new_master(client, old["epoch"]), "the stale slave elected", TTL + 3 + 5, 0.05)
+        await until(lambda: group.new_master(client, old["epoch"]), "the stale slave elected", TTL + 3 + 5, 0.05)
         acked |= tail
         acked |= await _send_keys(producer, [f"after-{i}" for i in range(10)])
     # wait for what the stale slave does have, then count what it does not
@@ -712,15 +569,15 @@ async def test_negative_control_async_master_with_unclean_election_loses_message
 
 @pytest.mark.slow
 async def test_the_official_java_client_produces_and_consumes_through_a_failover(
-        spawn, broker_port, etcd, tmp_path, java_driver):
+        spawn, etcd, failover_group, tmp_path, java_driver):
     """Apache RocketMQ's Java client 4.9.8, unchanged: keyed sync sends (one per driver call, a failed one sent
     again) and a push consumer from the first offset; the master is SIGKILLed midway. It follows the new master
     through its route polls; every key it got SEND_OK for is consumed."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2)
+    group = failover_group(etcd.endpoint, namesrv, 2)
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client:
-        old = await group.ready(client)
+        old = await group.ready(client, TOPIC)
         java = java_driver(namesrv, tmp_path / "java")
         java.call("consume", name="fo", group="gFailover", topic=TOPIC)
         acked: set[str] = set()
@@ -741,7 +598,7 @@ async def test_the_official_java_client_produces_and_consumes_through_a_failover
         send([f"before-{i}" for i in range(30)])
         group.kill(old["replicaId"])
         send([f"after-{i}" for i in range(30)])
-        new = await _master(client)
+        new = await group.master(client)
         assert new is not None and new["replicaId"] != old["replicaId"] and new["epoch"] > old["epoch"]
         assert len(acked) == 60, failures
         got: list[dict] = []
@@ -757,31 +614,31 @@ async def test_the_official_java_client_produces_and_consumes_through_a_failover
 
 @pytest.mark.slow
 async def test_a_topic_created_just_before_the_master_dies_is_known_to_the_next_master(
-        spawn, broker_port, etcd, tmp_path):
+        spawn, etcd, failover_group):
     """The master publishes its topic table to etcd; the slave, paused so that its metadata sync cannot fetch the new
     topic, is elected after the master is SIGKILLed and takes the table from etcd: producers can send to it."""
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, broker_port, tmp_path, etcd.endpoint, namesrv, 2)
+    group = failover_group(etcd.endpoint, namesrv, 2)
     group.start_all()
     async with EtcdClient([etcd.endpoint]) as client:
-        old = await group.ready(client)
+        old = await group.ready(client, TOPIC)
         slave = next(rid for rid in group.ports if rid != old["replicaId"])
         group.signal(slave, signal.SIGSTOP)
         try:
             await _create_topic(group.addr(old["replicaId"]), "FailoverLate")
 
             async def published():
-                kv = await client.get(PREFIX + "config/topics")
+                kv = await client.get(group.prefix + "config/topics")
                 return kv is not None and "FailoverLate" in kv.json()["topicConfigTable"]
 
-            await _until(published, "the new topic in etcd", 10)
+            await until(published, "the new topic in etcd", 10)
             group.kill(old["replicaId"])
         finally:
             group.signal(slave, signal.SIGCONT)
-        assert not await _has_topic(group.addr(slave), "FailoverLate")  # the metadata sync never brought it
-        new = await _until(lambda: _new_master(client, old["epoch"]), "the slave elected", TTL + 3, 0.05)
+        assert not await has_topic(group.addr(slave), "FailoverLate")  # the metadata sync never brought it
+        new = await until(lambda: group.new_master(client, old["epoch"]), "the slave elected", TTL + 3, 0.05)
         assert new["replicaId"] == slave
-        assert await _has_topic(group.addr(slave), "FailoverLate")
+        assert await has_topic(group.addr(slave), "FailoverLate")
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0)
     async with Producer(config=config, group="failover_late") as producer:
         async def sent():
@@ -790,4 +647,4 @@ async def test_a_topic_created_just_before_the_master_dies_is_known_to_the_next_
             except (PyrmqError, RemotingError):
                 return False
 
-        await _until(sent, "a send to the topic through the new master", 20, 0.2)
+        await until(sent, "a send to the topic through the new master", 20, 0.2)

@@ -29,9 +29,10 @@ from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
 
-from .test_failover_transactions import GROUP, Group, _master, _syncset, _true, _until
+from .failover_group import TTL, equals, until
 
 TOPIC = "PopFailover"
+GROUP = "broker-p"
 CONSUMER_GROUP = "GPOPFAIL"
 INVISIBLE_MS = 3000
 COUNT = 1000
@@ -45,17 +46,6 @@ def _pop_proc():
     sys.modules["pop_proc"] = module
     spec.loader.exec_module(module)
     return module
-
-
-async def _create_topic(addr: str) -> bool:
-    try:
-        async with RemotingClient() as rc:
-            response = await rc.invoke(addr, RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-                "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
-                "topicFilterType": "SINGLE_TAG"}), timeout=5)
-    except RemotingError:
-        return False
-    return response.code == ResponseCode.SUCCESS
 
 
 async def _route_master(namesrv: str) -> str | None:
@@ -75,21 +65,20 @@ def _in_flight(pop_proc, logs: list[Path]) -> int:
 
 
 @pytest.mark.slow
-async def test_pop_across_two_failovers_loses_nothing_and_delivers_no_acked_message_again(spawn, etcd, tmp_path):
+async def test_pop_across_two_failovers_loses_nothing_and_delivers_no_acked_message_again(spawn, etcd, tmp_path,
+                                                                                          failover_group):
     pop_proc = _pop_proc()
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 3)
+    group = failover_group(etcd.endpoint, namesrv, 3, name=GROUP)
     group.start_all()
     consumers: list[subprocess.Popen] = []
     logs = [tmp_path / f"pop-{i}.log" for i in range(2)]
     masters, at_failover = [], []
     try:
         async with EtcdClient([etcd.endpoint]) as client:
-            master = await _until(lambda: _master(client), "a master elected", 20)
+            master = await group.ready(client, TOPIC)
             masters.append(master["replicaId"])
-            await _until(lambda: _create_topic(master["addr"]), "the topic created on the master")
-            await _until(lambda: _true(_syncset(client), set(group.ports)), "every replica in the in-sync set", 30)
-            await _until(lambda: _true(_route_master(namesrv), master["addr"]), "the route naming the master", 15)
+            await until(lambda: equals(_route_master(namesrv), master["addr"]), "the route naming the master", 15)
             keys = [f"m{i}" for i in range(COUNT)]
             config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=0.5)
             async with Producer(config=config, group="pop_failover_producer", send_timeout=5.0) as producer:
@@ -102,20 +91,20 @@ async def test_pop_across_two_failovers_loses_nothing_and_delivers_no_acked_mess
                     [sys.executable, str(POP_PROC), namesrv, TOPIC, CONSUMER_GROUP, str(log), str(INVISIBLE_MS), "60",
                      "5"], stdout=open(tmp_path / f"pop-{i}.out", "ab"), stderr=subprocess.STDOUT))
             for _ in range(2):
-                await _until(lambda: _true(_syncset(client), set(group.ports)), "every replica in the in-sync set", 30)
-                await trio.sleep(3)
-                assert all(c.poll() is None for c in consumers), f"a consumer exited: see {tmp_path}"
+                await until(lambda: group.full(client), "every replica in the in-sync set", 30)
+
+                async def popped_not_acked() -> int:
+                    assert all(c.poll() is None for c in consumers), f"a consumer exited: see {tmp_path}"
+                    return _in_flight(pop_proc, logs)
+
+                await until(popped_not_acked, "messages popped and not acked", 30)
                 at_failover.append(_in_flight(pop_proc, logs))
-                old = await _master(client)
+                old = await group.master(client)
                 group.kill(old["replicaId"])
-
-                async def new_master(old=old) -> dict | None:
-                    found = await _master(client)
-                    return found if found is not None and found["epoch"] > old["epoch"] else None
-
-                new = await _until(new_master, "a new master holding the lease", 10, 0.05)
+                new = await until(lambda: group.new_master(client, old["epoch"]), "a new master holding the lease",
+                                  TTL + 8, 0.05)
                 masters.append(new["replicaId"])
-                await _until(lambda: _true(_route_master(namesrv), new["addr"]), "the route naming the new master", 15)
+                await until(lambda: equals(_route_master(namesrv), new["addr"]), "the route naming the new master", 15)
                 group.start(old["replicaId"])
             deadline = time.monotonic() + 120
             while not pop_proc.settled(logs, keys):

@@ -11,130 +11,31 @@ the new master and delivers nothing.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import socket
 import time
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import trio
 
 from pyrmq.client import Message, Producer
 from pyrmq.client.config import ClientConfig
-from pyrmq.kernel.bundles import packaged_bundle_path
-from pyrmq.plugins.broker.failover.etcd import EtcdClient, EtcdError
+from pyrmq.plugins.broker.failover.etcd import EtcdClient
 from pyrmq.remoting.client import RemotingClient
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
 from pyrmq.store.format import decode_messages
 
+from .failover_group import TTL, until
+
 DUE_S = int(os.environ.get("PYRMQ_FAILOVER_TIMER_DUE", "25"))
-TTL = 2
 TOPIC = "FailoverTimers"
-CLUSTER = "DefaultCluster"
 GROUP = "broker-t"
-PREFIX = f"/pyrmq/v1/{CLUSTER}/{GROUP}/"
 TIMERS = 20
 DELAYED = 10
 #: level 2 is due DUE_S seconds after the message is stored
 LEVELS = f"1s {DUE_S}s"
-
-
-def _port() -> int:
-    """A port P with P + 1 (the HA port) free too."""
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port > 65000:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-        except OSError:
-            continue
-        return port
-    raise AssertionError("no port with a free neighbour on 127.0.0.1")
-
-
-async def _until(predicate, what: str, timeout: float = 30.0, interval: float = 0.1):
-    with trio.move_on_after(timeout):
-        while True:
-            value = await predicate()
-            if value:
-                return value
-            await trio.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout} s")
-
-
-def _commit_log(store: Path) -> bytes:
-    directory = store / "commitlog"
-    files = sorted(directory.iterdir()) if directory.exists() else []
-    return b"".join(f.read_bytes() for f in files).rstrip(b"\0")
-
-
-class Group:
-    """The replicas of broker-t, each a `pyrmq broker -c <failover bundle>` process on its own port and store."""
-
-    def __init__(self, spawn, tmp_path: Path, etcd_endpoint: str, namesrv: str, size: int) -> None:
-        self.spawn = spawn
-        self.tmp_path = tmp_path
-        self.namesrv = namesrv
-        self.bundle = tmp_path / "failover.toml"
-        text = packaged_bundle_path("failover").read_text().replace('"127.0.0.1:2379"', f'"{etcd_endpoint}"')
-        text = text.replace("leaseTtl = 3", f"leaseTtl = {TTL}")
-        self.bundle.write_text(text + "slaveSyncInterval = 500\nslaveSyncFirstDelay = 200\n")
-        self.ports = {rid: _port() for rid in range(1, size + 1)}
-        self.roles: dict = {}
-
-    def store(self, rid: int) -> Path:
-        return self.tmp_path / f"replica-{rid}"
-
-    def addr(self, rid: int) -> str:
-        return f"127.0.0.1:{self.ports[rid]}"
-
-    def start(self, rid: int):
-        settings = ["flushDiskType=SYNC_FLUSH", "mappedFileSizeCommitLog=4194304", "haSendHeartbeatInterval=500",
-                    f"brokerName={GROUP}", f"brokerId={rid}", f"messageDelayLevel={LEVELS}"]
-        self.roles[rid] = self.spawn(
-            "broker", "-c", str(self.bundle), "--namesrv", self.namesrv, "--listen", self.addr(rid),
-            "--store-dir", str(self.store(rid)), *[x for kv in settings for x in ("--set", kv)], name=f"replica-{rid}")
-        return self.roles[rid]
-
-    def start_all(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(len(self.ports)) as pool:
-            list(pool.map(self.start, self.ports))
-
-    def kill(self, rid: int) -> None:
-        self.roles[rid].stop(signal.SIGKILL)
-
-    async def holds_all(self, master_id: int) -> bool:
-        """Every replica's commit log as long as the master's and a prefix of it."""
-        want = _commit_log(self.store(master_id))
-        logs = [_commit_log(self.store(rid)) for rid in self.ports]
-        return all(log[: len(want)] == want for log in logs)
-
-
-async def _master(etcd: EtcdClient) -> dict | None:
-    try:
-        kv = await etcd.get(PREFIX + "master")
-    except EtcdError:
-        return None
-    return kv.json() if kv else None
-
-
-async def _syncset(etcd: EtcdClient) -> set[int]:
-    try:
-        kv = await etcd.get(PREFIX + "syncset")
-    except EtcdError:
-        return set()
-    return set(kv.json()["members"]) if kv else set()
 
 
 async def _call(addr: str, request: RemotingCommand) -> RemotingCommand | None:
@@ -143,11 +44,6 @@ async def _call(addr: str, request: RemotingCommand) -> RemotingCommand | None:
             return await rc.invoke(addr, request, timeout=5)
     except (RemotingError, OSError, trio.TooSlowError):
         return None
-
-
-async def _has_topic(addr: str) -> bool:
-    answer = await _call(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}))
-    return answer is not None and TOPIC in json.loads(answer.body_bytes())["topicConfigTable"]
 
 
 def _pull(topic: str, queue_id: int, offset: int) -> RemotingCommand:
@@ -187,20 +83,14 @@ async def _send(producer: Producer, message: Message) -> None:
 
 @pytest.mark.slow
 async def test_timer_and_delayed_messages_parked_before_a_kill_are_delivered_once_by_the_new_master(spawn, etcd,
-                                                                                                    tmp_path):
+                                                                                                    failover_group):
     namesrv = spawn("namesrv", "--listen", "127.0.0.1:0", name="namesrv").listening["namesrv"]
-    group = Group(spawn, tmp_path, etcd.endpoint, namesrv, 3)
+    group = failover_group(etcd.endpoint, namesrv, 3, f"messageDelayLevel={LEVELS}", name=GROUP)
     group.start_all()
     config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=1.0, heartbeat_broker_interval=2.0)
     async with EtcdClient([etcd.endpoint]) as client:
-        old = await _until(lambda: _master(client), "a master elected", 20)
-        create = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {
-            "topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4", "perm": "6",
-            "topicFilterType": "SINGLE_TAG"})
-        assert (await _call(group.addr(old["replicaId"]), create)).code == ResponseCode.SUCCESS
-        for rid in group.ports:
-            await _until(lambda rid=rid: _has_topic(group.addr(rid)), f"{TOPIC} on replica {rid}")
-        await _until(lambda: _true(_syncset(client), set(group.ports)), "every replica in the in-sync set", 30)
+        # elected, the topic created on the master and on every replica, every replica in the in-sync set
+        old = await group.ready(client, TOPIC)
 
         # parked: timer messages due DUE_S seconds from now, delay-level messages at level 2 (DUE_S after storing)
         due: dict[str, int] = {}
@@ -214,11 +104,11 @@ async def test_timer_and_delayed_messages_parked_before_a_kill_are_delivered_onc
                 key = f"delay-{i}"
                 await _send(producer, Message(TOPIC, key.encode(), keys=[key], delay_time_level=2))
         # every replica holds them (SEND_OK under SYNC_MASTER: every in-sync replica acknowledged each)
-        await _until(lambda: group.holds_all(old["replicaId"]), "the parked messages on every replica", 30)
+        await until(lambda: group.holds_all(old["replicaId"]), "the parked messages on every replica", 30)
         assert await _read_topic(group.addr(old["replicaId"])) == []  # none due yet
 
         group.kill(old["replicaId"])
-        new = await _until(lambda: _newer_master(client, old["epoch"]), "a new master elected", TTL + 10, 0.05)
+        new = await until(lambda: group.new_master(client, old["epoch"]), "a new master elected", TTL + 10, 0.05)
         assert new["replicaId"] != old["replicaId"]
         group.start(old["replicaId"])  # the old master returns as a replica: it must not deliver them again
 
@@ -229,10 +119,10 @@ async def test_timer_and_delayed_messages_parked_before_a_kill_are_delivered_onc
             got = await _read_topic(addr)
             return got if {m.body.decode() for m in got} >= wanted else None
 
-        await _until(all_delivered, "every parked message delivered by the new master", DUE_S + 90, 0.5)
+        await until(all_delivered, "every parked message delivered by the new master", DUE_S + 90, 0.5)
         # the restarted replica caught up and back in the in-sync set: whatever it would have delivered is here
-        await _until(lambda: _true(_syncset(client), set(group.ports)), "every replica in the in-sync set", 60)
-        await _until(lambda: group.holds_all(new["replicaId"]), "every replica holding the new master's log", 30)
+        await until(lambda: group.full(client), "every replica in the in-sync set", 60)
+        await until(lambda: group.holds_all(new["replicaId"]), "every replica holding the new master's log", 30)
         delivered = await _read_topic(addr)
         parked = {m.properties["UNIQ_KEY"]: m for q in range(2) for m in await _read_queue(addr, "SCHEDULE_TOPIC_XXXX", q)}
 
@@ -252,12 +142,3 @@ async def test_timer_and_delayed_messages_parked_before_a_kill_are_delivered_onc
     print(f"failover with {TIMERS} timer and {DELAYED} delayed messages due {DUE_S} s after sending: each delivered "
           f"once by replica {new['replicaId']} (epoch {new['epoch']}), latest "
           f"{max(m.store_timestamp - (due.get(m.body.decode()) or 0) for m in delivered if m.body.decode() in due)} ms after due")
-
-
-async def _true(value, want) -> bool:
-    return await value == want
-
-
-async def _newer_master(client: EtcdClient, epoch: int) -> dict | None:
-    master = await _master(client)
-    return master if master is not None and master["epoch"] > epoch else None

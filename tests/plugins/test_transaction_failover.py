@@ -22,7 +22,7 @@ from pyrmq.kernel.bundles import packaged_bundle_path
 from pyrmq.kernel.hookspecs import hookimpl
 from pyrmq.kernel.types import Role, RoleChange
 from pyrmq.plugins.broker.core import BROKER
-from pyrmq.plugins.broker.transaction import OP_TOPIC
+from pyrmq.plugins.broker.transaction import HALF_TOPIC, OP_TOPIC, SYS_GROUP
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import EndTransactionRequestHeader
@@ -177,3 +177,42 @@ async def test_a_promoted_replica_checks_the_replicated_halves_back_and_commits_
         assert sorted(set(checked)) == ["p3", "p4", "p5"] and checked.count("p3") == checked.count("p4") == 1
         assert {key for key, _ in recorder.asked} == {"p3", "p4", "p5"}
 
+
+
+async def test_a_master_with_a_read_bound_saves_its_check_positions_only_once_the_bound_covers_them(
+    start_role, remoting_client
+):
+    """A failover master with other in-sync members has a read bound (the confirm offset). Its check service keeps
+    checking with the bound in place, and moves CID_RMQ_SYS_TRANS's offsets only once the bound covers the records
+    they were computed from (a replica elected next holds them); the broker keeps serving meanwhile."""
+    namesrv = (await start_role("namesrv")).listening["namesrv"]
+    broker = await start_role("broker", {"broker.namesrvAddr": namesrv, "broker.brokerName": GROUP,
+                                         "broker.transactionTimeOut": 500, "broker.transactionCheckInterval": 300})
+    ctx, addr = broker.state.get(BROKER), broker.listening["broker"]
+    store, offsets = ctx.store, ctx.offsets
+    store.set_read_bound(store.commit_log.max_offset)  # what the failover master does when the first member joins
+    saved = (offsets.query(SYS_GROUP, HALF_TOPIC, 0), offsets.query(SYS_GROUP, OP_TOPIC, 0))
+    checked: list[str] = []
+
+    def check_local(msg):
+        checked.append(msg.keys[0])
+        return COMMIT
+
+    config = ClientConfig(namesrv_addr=namesrv, heartbeat_broker_interval=0.5, poll_name_server_interval=0.5)
+    async with TransactionProducer(config=config, group="bound_pg", check_local=check_local) as producer:
+        for key, local in (("c1", COMMIT), ("p2", UNKNOWN)):
+            result = await producer.send_in_transaction(Message(TOPIC, key.encode(), keys=key), lambda m, s: s, local)
+            assert result.send_result.status.value == "SEND_OK"
+        # an op record each: c1 committed, p2 checked back and committed
+        await wait_for(lambda: checked == ["p2"] and store.get_max_offset_in_queue(OP_TOPIC, 0) == 2,
+                       "c1 committed, p2 checked back and committed")
+        await trio.sleep(1.0)  # three check passes with the bound below every record of the transactions
+        assert (offsets.query(SYS_GROUP, HALF_TOPIC, 0), offsets.query(SYS_GROUP, OP_TOPIC, 0)) == saved
+        pong = await remoting_client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO, {}))
+        assert pong.code == ResponseCode.SUCCESS
+
+        store.advance_read_bound(store.commit_log.max_offset)  # every member acknowledged everything
+        ends = (store.get_max_offset_in_queue(HALF_TOPIC, 0), store.get_max_offset_in_queue(OP_TOPIC, 0))
+        assert ends[0] >= 2 and ends[1] == 2  # c1, p2 (and p2's check copy); their two op records
+        await wait_for(lambda: (offsets.query(SYS_GROUP, HALF_TOPIC, 0), offsets.query(SYS_GROUP, OP_TOPIC, 0)) == ends,
+                       "the check positions saved past both transactions")

@@ -117,12 +117,43 @@ def test_json_header_missing_optional_fields_defaults():
 
 
 @pytest.mark.parametrize("header", [
-    b"", b"{", b"[]", b'"x"', b"{}", b'{"code":"10"}', b'{"code":true}', b'{"code":1,"opaque":"x"}',
-    b'{"code":1,"extFields":[1]}', b'{"code":1} trailing', b"\xff\xfe", b'{"code":1,"flag":1.5}',
+    b"", b"{", b"[]", b'"x"', b'{"code":1,"opaque":"x"}', b'{"code":" 310"}', b'{"code":"3_10"}', b'{"code":"310.7"}',
+    b'{"code":"1e2"}', b'{"code":"0x10"}', b'{"code":"2147483648"}', b'{"code":[310]}', b'{"code":{"a":1}}',
+    b'{"code":1,"opaque":" 5"}', b'{"code":1,"version":"V4_9_7"}', b'{"code":1,"flag":"1 "}',
+    b'{"code":1,"extFields":[1]}', b'{"code":1,"extFields":"x"}', b'{"code":1,"extFields":[]}',
+    b'{"code":1} trailing', b"\xff\xfe",
 ])
 def test_bad_json_headers_raise_protocol_error(header):
+    """What RocketMQ 4.9.7's fastjson 1.2.69 refuses too (the Java broker then closes the connection)."""
     with pytest.raises(ProtocolError):
         RemotingCommand.decode(_frame(header))
+
+
+@pytest.mark.parametrize("header, code, opaque, flag, version", [
+    # each checked against RocketMQ 4.9.7's own JSON header decoder (fastjson 1.2.69, RemotingSerializable.decode)
+    (b'{"code":"310","opaque":"7","flag":"0","version":"395"}', 310, 7, 0, 395),
+    (b'{"code":"+310","opaque":"-5"}', 310, -5, 0, 0),
+    (b'{"code":310.7,"opaque":1.5}', 310, 1, 0, 0),
+    (b'{"code":-310.5}', -310, 0, 0, 0),
+    (b'{"code":"310.00"}', 310, 0, 0, 0),
+    (b'{"code":"1,000"}', 1000, 0, 0, 0),
+    (b'{"code":"0310"}', 310, 0, 0, 0),
+    (b'{"code":true,"flag":false}', 1, 0, 0, 0),
+    (b'{"code":"","opaque":null}', 0, 0, 0, 0),
+    (b'{"code":"null"}', 0, 0, 0, 0),
+    (b"{}", 0, 0, 0, 0),
+    (b'{"code":1e2}', 100, 0, 0, 0),
+    ('{"code":"\u0661\u0662"}'.encode(), 12, 0, 0, 0),  # Arabic-Indic digits, as Java's Character.digit
+    (b'{"code":1,"flag":"1"}', 1, 0, 1, 0),
+])
+def test_json_header_numbers_read_as_fastjson_reads_them(header, code, opaque, flag, version):
+    cmd = RemotingCommand.decode(_frame(header))
+    assert (cmd.code, cmd.opaque, cmd.flag, cmd.version) == (code, opaque, flag, version)
+
+
+def test_json_header_float_ext_values_keep_their_text():
+    cmd = RemotingCommand.decode(_frame(b'{"code":1,"extFields":{"d":1.50,"e":1e2,"n":null}}'))
+    assert cmd.ext_fields == {"d": "1.50", "e": "1e2"} and all(type(v) is str for v in cmd.ext_fields.values())
 
 
 def test_response_written_like_java():

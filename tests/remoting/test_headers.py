@@ -93,7 +93,7 @@ def test_every_header_roundtrips(cls):
     values = {}
     for f in attrs.fields(cls):
         kind = H._field_kind(f)
-        values[f.name] = {"str": "v\u00e9", "int": -42, "bool": True}[kind]
+        values[f.name] = {"str": "v\u00e9", "int": -42, "Int": -7, "bool": True}[kind]
     h = cls(**values)
     assert cls.from_ext_fields(h.to_ext_fields()) == h
     if hasattr(cls, "to_ext_fields_v2"):

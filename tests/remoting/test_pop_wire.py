@@ -46,6 +46,11 @@ def test_a_receipt_handle_reads_and_writes_5x_extra_info():
     ("a 1 1 1 0 b 0 0", "field 1 (ckQueueOffset) is not a number: 'a'"),
     ("0 1 1 1 0 b 0 0 z", "field 9 (commitLogOffset) is not a number: 'z'"),
     ("0 1 1 1 3 b 0 0", "field 5 (retryFlag) is '3', not 0, 1 or 2"),
+    # Java's Long.valueOf / Integer.valueOf, not Python's int(): no underscores, no blanks, within range
+    ("1_0 1 1 1 0 b 0 0", "field 1 (ckQueueOffset) is not a number: '1_0'"),
+    ("0 1 1 1 0 b 0 ０_", "field 8 (queueOffset) is not a number"),
+    ("0 1 1 2147483648 0 b 0 0", "field 4 (reviveQid) is out of range of a Java int: '2147483648'"),
+    ("0 1 1 1 0 b 0 9223372036854775808", "field 8 (queueOffset) is out of range of a Java long"),
 ])
 def test_a_bad_receipt_handle_names_the_field(text, message):
     with pytest.raises(PopWireError) as failure:
@@ -65,6 +70,8 @@ def test_info_strings_as_a_5_5_0_answer_carries_them():
     assert parse_msg_offset_info("0 0 0,1,2;1 0 5") == {"0@0": [0, 1, 2], "1@0": [5]}
     assert parse_order_count_info("0 qo0%0 1;0 qo0%1 1;0 0 1") == {"0@qo0%0": 1, "0@qo0%1": 1, "0@0": 1}
     assert parse_start_offset_info("") == {} and parse_start_offset_info(None) == {}
+    with pytest.raises(PopWireError, match="'1_0' is not a number"):
+        parse_start_offset_info("0 0 1_0")
     with pytest.raises(PopWireError, match="appears twice"):
         parse_start_offset_info("0 0 1;0 0 2")
     with pytest.raises(PopWireError, match="not '<retryFlag> <queueId> <value>'"):

@@ -16,6 +16,7 @@ import trio
 
 from pyrmq.kernel.types import ORDER_SCHEDULE, PutContext, PutKind, Rejection
 from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.validation import JavaNumberError, java_int
 from pyrmq.remoting.vocabulary import SCHEDULE_TOPIC, MessageProperty
 from pyrmq.store.format import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, MessageRecord
 
@@ -57,7 +58,7 @@ class DelayScheduling:
     def tags_code(self, properties: Mapping[str, str], store_timestamp: int) -> int | None:
         """A parked record's consume-queue tags code: store time + the delay of its ``DELAY`` level (clamped)."""
         try:
-            level = int(properties.get(PROPERTY_DELAY) or 0)
+            level = java_int(properties.get(PROPERTY_DELAY) or "0")
         except ValueError:
             return None
         return store_timestamp + self.delay_of(level) if level > 0 else None
@@ -78,20 +79,22 @@ class DelayScheduling:
             return record
         try:
             return self.redirect(record) or record
-        except ValueError as exc:
-            return Rejection(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        except ValueError as exc:  # RocketMQ 4.9.7: its store's Integer.parseInt throws, the send answers SYSTEM_ERROR
+            return Rejection(ResponseCode.SYSTEM_ERROR, str(exc))
 
     def redirect(self, record: MessageRecord) -> MessageRecord | None:
         """Park a message with ``DELAY`` > 0 under SCHEDULE_TOPIC_XXXX (spec 7.6 store path); None leaves it alone.
 
-        Raises ValueError for a DELAY that is not an integer (the send answers MESSAGE_ILLEGAL). The record's tags
+        Raises ValueError for a DELAY that is not a Java int (the send answers SYSTEM_ERROR, as RocketMQ's). The record's tags
         code is now + the delay; a store with the broker's tags-code resolver derives it from the store time
         instead (:meth:`tags_code`), as it does at every later dispatch."""
         text = record.properties.get(PROPERTY_DELAY, "")
         try:
-            level = int(text)
-        except ValueError:
-            raise ValueError(f"property DELAY must be an integer delay level 1..{self.max_level}, got {text!r}") from None
+            level = java_int(text)  # Integer.parseInt, as Java's Message.getDelayTimeLevel: no blanks, no '_'
+        except JavaNumberError as exc:
+            raise ValueError(
+                f"the property <DELAY> {exc.reason}: {text!r} (expected a delay level, 1..{self.max_level})"
+            ) from None
         if level <= 0:
             return None
         level = min(level, self.max_level)

@@ -25,6 +25,7 @@ from pyrmq.plugins.broker.timer.records import (
     TIMER_TOPIC,
 )
 from pyrmq.remoting.codes import ResponseCode
+from pyrmq.remoting.validation import JavaNumberError, java_long
 from pyrmq.store.format import TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE, TRANSACTION_TYPE_MASK, MessageRecord
 
 DAY_MS = 86_400_000
@@ -86,15 +87,19 @@ class TimerScheduling:
         if PROPERTY_TIMER_DELIVER_MS in props:
             key = PROPERTY_TIMER_DELIVER_MS
             try:
-                deliver = int(props[key])
-            except ValueError:
-                raise ValueError(f"property {key} must be an absolute time in epoch milliseconds, got {props[key]!r}") from None
+                deliver = java_long(props[key])  # Long.parseLong, as 5.x reads it: no blanks, no '_'
+            except JavaNumberError as exc:
+                raise ValueError(
+                    f"property {key} must be an absolute time in epoch milliseconds, got {props[key]!r}, which {exc.reason}"
+                ) from None
         else:
             key = PROPERTY_TIMER_DELAY_SEC
             try:
-                delay = int(props[key])
-            except ValueError:
-                raise ValueError(f"property {key} must be an integer number of seconds, got {props[key]!r}") from None
+                delay = java_long(props[key])
+            except JavaNumberError as exc:
+                raise ValueError(
+                    f"property {key} must be an integer number of seconds, got {props[key]!r}, which {exc.reason}"
+                ) from None
             deliver = now + delay * 1000
         if deliver - now > self.max_delay_ms:
             raise ValueError(

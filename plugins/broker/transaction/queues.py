@@ -25,6 +25,7 @@ from pyrmq.plugins.broker.transaction.names import (
     REAL_TOPIC,
     TAGS,
 )
+from pyrmq.remoting.validation import java_int, java_long
 from pyrmq.store.consume_queue import BLANK_SIZE
 from pyrmq.store.format import StoredMessage, decode_message
 
@@ -158,12 +159,12 @@ class HalfOpQueues:
             self.forget(origin)
             return
         try:
-            checks = int(props.get(CHECK_TIMES) or 0)
+            checks = java_int(props.get(CHECK_TIMES) or "0")  # Java's getInt: what does not parse counts 0
         except ValueError:
             checks = 0
         immunity = props.get(CHECK_IMMUNITY)
         try:
-            immunity_ms = int(immunity) * 1000 if immunity else None
+            immunity_ms = java_long(immunity) * 1000 if immunity else None  # Java's getLong: else the timeout
         except ValueError:
             immunity_ms = None
         self.forget(origin)

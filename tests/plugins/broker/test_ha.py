@@ -352,7 +352,8 @@ async def test_a_feature_adds_a_step_to_the_slaves_metadata_sync(start_role, tmp
         "broker.brokerRole": "SLAVE", "broker.brokerId": 1, "broker.namesrvAddr": master.listening["namesrv"],
     }, extra_plugins=[on_slave])
     sync = slave.state.get(BROKER).replicator.sync
-    assert [step.name for step in sync.steps] == ["audit-cursor", "delay-offsets"]
+    # the test's own step beside the bundle's (delay-level offsets, the POP room's request modes), in plugin order
+    assert [step.name for step in sync.steps] == ["audit-cursor", "delay-offsets", "pop-request-modes"]
     await wait_for(lambda: 7 in on_slave.step.seen)
     on_master.cursor = 8
     await wait_for(lambda: on_slave.step.seen[-1:] == [8])

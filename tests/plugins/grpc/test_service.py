@@ -98,6 +98,11 @@ async def test_sends_are_checked_as_5x_checks_them_with_codes_and_texts_naming_t
         (message("CheckedFifo"), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "FIFO"),
         (message("Missing"), Code.TOPIC_NOT_FOUND, "Missing"),
         (message("%RETRY%g"), Code.ILLEGAL_TOPIC, "%RETRY%g"),
+        # 5.x's TopicValidator.isSystemTopic: its set, the rmq_sys_ prefix, the broker's cluster name
+        (message("SELF_TEST_TOPIC"), Code.ILLEGAL_TOPIC, "cannot access system topic SELF_TEST_TOPIC"),
+        (message("TBW102"), Code.ILLEGAL_TOPIC, "cannot access system topic TBW102"),
+        (message("rmq_sys_wheel_timer"), Code.ILLEGAL_TOPIC, "cannot access system topic rmq_sys_wheel_timer"),
+        (message("DefaultCluster"), Code.ILLEGAL_TOPIC, "cannot access system topic DefaultCluster"),
     ]
     for msg, code, text in cases:
         response = await send(client, msg)
