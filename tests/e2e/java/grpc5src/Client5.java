@@ -284,9 +284,36 @@ public class Client5 {
                 }
             }
         } finally {
-            consumer.close();
+            line("{\"done\": " + done.size() + "}");
+            closeWithin(consumer, 10_000);
         }
-        line("{\"done\": " + done.size() + "}");
+    }
+
+    /**
+     * close() with a bound: the client's RpcClientImpl.shutdown waits for its gRPC channel's termination without a
+     * limit; once in about 30 runs (two test suites on the machine) it did not return. Past the bound, every thread's
+     * stack goes to stderr and a {"close_stuck": ...} line to stdout, for the test to report.
+     */
+    static void closeWithin(AutoCloseable client, long millis) throws InterruptedException {
+        Thread closer = new Thread(() -> {
+            try {
+                client.close();
+            } catch (Exception e) {
+                error(e);
+            }
+        });
+        closer.setDaemon(true);
+        closer.start();
+        closer.join(millis);
+        if (closer.isAlive()) {
+            for (Map.Entry<Thread, StackTraceElement[]> t : Thread.getAllStackTraces().entrySet()) {
+                System.err.println("thread " + t.getKey().getName() + " (" + t.getKey().getState() + ")");
+                for (StackTraceElement frame : t.getValue()) {
+                    System.err.println("    at " + frame);
+                }
+            }
+            line("{\"close_stuck\": " + millis + "}");
+        }
     }
 
     static void push(ClientServiceProvider provider, ClientConfiguration config, String topic, Map<String, String> a,
