@@ -46,13 +46,18 @@ def start_broker(store: str, pull_cap: int | None) -> tuple[subprocess.Popen, st
         extra = ["--set", f"broker.maxTransferCountOnMessageInMemory={pull_cap}",
                  "--set", f"broker.maxTransferBytesOnMessageInMemory={pull_cap * 1100}"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns), "--port", str(port), "--store-dir", store, *extra],
+        [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns), "--port", str(port), "--store-dir", store,
+         "--set", "broker.grpcServerPort=0", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1"),
     )
-    line = proc.stdout.readline() if proc.stdout else ""
-    if "pyrmq dev:" not in line:
+    said = []  # log lines (warnings) may come before the ready line
+    while proc.stdout is not None:
+        said.append(proc.stdout.readline())
+        if not said[-1] or "pyrmq dev:" in said[-1]:
+            break
+    if not said or "pyrmq dev:" not in said[-1]:
         proc.kill()
-        sys.exit(f"pyrmq dev did not start: {line}")
+        sys.exit(f"pyrmq dev did not start: {''.join(said)}")
     return proc, f"127.0.0.1:{ns}", f"127.0.0.1:{port}"
 
 

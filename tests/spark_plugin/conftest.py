@@ -118,18 +118,24 @@ def broker(tmp_path_factory: pytest.TempPathFactory, broker_port) -> Iterator[Br
     port = broker_port(ns_port)  # the broker also takes listenPort - 2 (VIP) and + 1 (HA)
     env = dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns_port), "--port", str(port), "--store-dir", str(store / "store")],
+        [sys.executable, "-m", "pyrmq", "dev", "--dashboard-port", "0", "--namesrv-port", str(ns_port), "--port", str(port),
+         "--store-dir", str(store / "store"), "--set", "broker.grpcServerPort=0"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
     )
     deadline = threading.Timer(60, proc.kill)  # readline() blocks: a silent `pyrmq dev` is killed, ending the read
     deadline.start()
+    said = []  # log lines (warnings) may come before the ready line
     try:
-        line = proc.stdout.readline() if proc.stdout else ""
+        while proc.stdout is not None:
+            line = proc.stdout.readline()
+            said.append(line)
+            if not line or "pyrmq dev:" in line:
+                break
     finally:
         deadline.cancel()
-    if "pyrmq dev:" not in line:
+    if "pyrmq dev:" not in said[-1]:
         proc.kill()
-        raise RuntimeError(f"pyrmq dev did not start: {line}{proc.stdout.read() if proc.stdout else ''}")
+        raise RuntimeError(f"pyrmq dev did not start: {''.join(said)}{proc.stdout.read() if proc.stdout else ''}")
     b = Broker(f"127.0.0.1:{ns_port}", f"127.0.0.1:{port}", str(store / "store"), proc)
     yield b
     b.client.close()
