@@ -565,8 +565,12 @@ class GrpcConnection:
             for waiting in windows.values():
                 waiting.set()
         elif kind is h2.events.ConnectionTerminated:
-            # the client opens no new stream; the calls it started go on until the socket closes
+            # the client opens no new stream; the calls it started go on and end with their trailers (a client's
+            # graceful shutdown half-closes its streams and sends GOAWAY at once, then waits for those trailers)
             self._closing = True
+            self._keep_streams_open()
+            if not self.calls and self._nursery is not None:
+                self._nursery.start_soon(self._close_after_flush)
 
     def _request(self, event: h2.events.RequestReceived) -> None:
         stream_id = event.stream_id
@@ -699,6 +703,8 @@ class GrpcConnection:
             self._windows.pop(call.stream_id, None)
             self._last_active = trio.current_time()
             self.wake_writer()
+            if self._closing and not self.calls and self._nursery is not None:
+                self._nursery.start_soon(self._close_after_flush)  # GOAWAY was sent or received: the last call ended
 
     # -- idle and shutdown -----------------------------------------------------------------------------------
 
@@ -721,11 +727,20 @@ class GrpcConnection:
             self.h2.close_connection(error_code=h2.errors.ErrorCodes.NO_ERROR)
         except h2.exceptions.ProtocolError:
             pass
+        self._keep_streams_open()
         self.wake_writer()
         if not self.calls:
             # nothing in flight: close now (the reader may be waiting for bytes that will never come)
             if self._nursery is not None:
                 self._nursery.start_soon(self._close_after_flush)
+
+    def _keep_streams_open(self) -> None:
+        """h2 closes its connection state machine on any GOAWAY, sent or received, and then refuses to send headers
+        or data on any stream; HTTP/2 (RFC 9113 6.8) lets the streams already open finish. Back to open, so their
+        answers and trailers still go out; new streams are refused by :meth:`_request` (``_closing``)."""
+        machine = self.h2.state_machine
+        if machine.state is h2.connection.ConnectionState.CLOSED:
+            machine.state = h2.connection.ConnectionState.SERVER_OPEN
 
     async def _close_after_flush(self) -> None:
         with trio.move_on_after(1):

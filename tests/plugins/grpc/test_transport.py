@@ -194,3 +194,32 @@ async def test_pings_are_answered_and_an_idle_connection_gets_goaway(server, raw
         await client.closed.wait()
     assert acks == [b"12345678"]
     assert client.goaway is not None and client.goaway.error_code == 0
+
+
+def goaway_frame(last_stream_id: int) -> bytes:
+    """A GOAWAY(NO_ERROR) frame as a client's graceful shutdown sends it (built by hand: the test's own h2 would
+    refuse to read the answers after sending one)."""
+    return b"\x00\x00\x08\x07\x00\x00\x00\x00\x00" + last_stream_id.to_bytes(4, "big") + b"\x00\x00\x00\x00"
+
+
+async def test_calls_open_at_the_clients_goaway_still_get_their_answers_and_trailers(server, raw):
+    """A client shutting down (grpc-java's channel shutdown) half-closes its streams and sends GOAWAY at once; the
+    streams already open must still end with their trailers (RFC 9113 6.8), or the client's awaitTermination waits
+    forever."""
+    srv, _ = await server()
+    client = await raw(srv.address)
+    bidi = await client.open(P + "Bidi")
+    await client.send(bidi, b"a")
+    assert await client.next_message(bidi, 0) == b"A"  # the handler waits in recv()
+    unary = await client.open(P + "Echo")
+    async with client._send_lock:  # the last message, the half-closes and GOAWAY in one write
+        client.h2.send_data(unary, b"\x00\x00\x00\x00\x04last", end_stream=True)
+        client.h2.end_stream(bidi)
+        await client.stream.send_all(client.h2.data_to_send() + goaway_frame(unary))
+    with trio.fail_after(10):
+        await client.answers[bidi].done.wait()
+        await client.answers[unary].done.wait()
+    assert (client.answers[bidi].grpc_status, client.answers[bidi].reset) == (0, None)
+    assert client.answers[unary].messages == [b"last"] and client.answers[unary].grpc_status == 0
+    with trio.fail_after(10):
+        await client.closed.wait()  # the server closes the connection once those calls ended

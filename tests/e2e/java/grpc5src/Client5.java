@@ -291,8 +291,9 @@ public class Client5 {
 
     /**
      * close() with a bound: the client's RpcClientImpl.shutdown waits for its gRPC channel's termination without a
-     * limit; once in about 30 runs (two test suites on the machine) it did not return. Past the bound, every thread's
-     * stack goes to stderr and a {"close_stuck": ...} line to stdout, for the test to report.
+     * limit, so a stream the server never ends hangs it (pyrmq lost the trailers of streams open at the client's
+     * GOAWAY until its transport kept them open; tests/plugins/grpc/test_transport.py holds that). Past the bound,
+     * every thread's stack goes to stderr and a {"close_stuck": ...} line to stdout, for the test to report.
      */
     static void closeWithin(AutoCloseable client, long millis) throws InterruptedException {
         Thread closer = new Thread(() -> {
