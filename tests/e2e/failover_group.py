@@ -83,6 +83,18 @@ async def create_topic(addr: str, topic: str, queues: int = 4) -> bool:
     return response.code == ResponseCode.SUCCESS
 
 
+async def route_master(namesrv: str, topic: str, group: str) -> str | None:
+    """The master address the name server's route of ``topic`` gives for broker group ``group`` (None without one)."""
+    async with RemotingClient() as rc:
+        response = await rc.invoke(namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+    if response.code != ResponseCode.SUCCESS:
+        return None
+    for data in json.loads(response.body_bytes()).get("brokerDatas", []):
+        if data["brokerName"] == group:
+            return data["brokerAddrs"].get("0")
+    return None
+
+
 async def has_topic(addr: str, topic: str) -> bool:
     """Whether ``topic`` is in the topic table of the broker at ``addr`` (False when it does not answer)."""
     try:

@@ -31,7 +31,7 @@ from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingError
 
-from .failover_group import TTL, commit_log, has_topic, until
+from .failover_group import TTL, commit_log, has_topic, route_master, until
 
 ROUNDS = int(os.environ.get("PYRMQ_FAILOVER_ROUNDS", "2"))
 #: group sizes of the rounds test (`make failover`: 2,3)
@@ -39,18 +39,6 @@ SIZES = [int(x) for x in os.environ.get("PYRMQ_FAILOVER_SIZES", "3").split(",")]
 REPORT = os.environ.get("PYRMQ_FAILOVER_REPORT", "")
 TOPIC = "FailoverTopic"
 GROUP = "broker-f"
-
-
-async def _route_master(namesrv: str) -> str | None:
-    async with RemotingClient() as rc:
-        response = await rc.invoke(namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}))
-    if response.code != ResponseCode.SUCCESS:
-        return None
-    route = json.loads(response.body_bytes())
-    for data in route.get("brokerDatas", []):
-        if data["brokerName"] == GROUP:
-            return data["brokerAddrs"].get("0")
-    return None
 
 
 async def _create_topic(addr: str, topic: str = TOPIC) -> None:
@@ -168,7 +156,7 @@ def _lost(acked: set[str], received: Counter) -> list[str]:
 
 
 async def _route_is(namesrv: str, addr: str) -> bool:
-    return await _route_master(namesrv) == addr
+    return await route_master(namesrv, TOPIC, GROUP) == addr
 
 
 async def _acked_more(sender: Sender, n: int) -> bool:

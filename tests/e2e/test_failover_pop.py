@@ -24,12 +24,8 @@ import trio
 
 from pyrmq.client import ClientConfig, Message, Producer
 from pyrmq.plugins.broker.failover.etcd import EtcdClient
-from pyrmq.remoting.client import RemotingClient
-from pyrmq.remoting.codes import RequestCode, ResponseCode
-from pyrmq.remoting.command import RemotingCommand
-from pyrmq.remoting.errors import RemotingError
 
-from .failover_group import TTL, equals, until
+from .failover_group import TTL, equals, route_master, until
 
 TOPIC = "PopFailover"
 GROUP = "broker-p"
@@ -46,17 +42,6 @@ def _pop_proc():
     sys.modules["pop_proc"] = module
     spec.loader.exec_module(module)
     return module
-
-
-async def _route_master(namesrv: str) -> str | None:
-    async with RemotingClient() as rc:
-        response = await rc.invoke(namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}))
-    if response.code != ResponseCode.SUCCESS:
-        return None
-    for data in json.loads(response.body_bytes()).get("brokerDatas", []):
-        if data["brokerName"] == GROUP:
-            return data["brokerAddrs"].get("0")
-    return None
 
 
 def _in_flight(pop_proc, logs: list[Path]) -> int:
@@ -78,7 +63,8 @@ async def test_pop_across_two_failovers_loses_nothing_and_delivers_no_acked_mess
         async with EtcdClient([etcd.endpoint]) as client:
             master = await group.ready(client, TOPIC)
             masters.append(master["replicaId"])
-            await until(lambda: equals(_route_master(namesrv), master["addr"]), "the route naming the master", 15)
+            await until(lambda: equals(route_master(namesrv, TOPIC, GROUP), master["addr"]), "the route naming the master",
+                        15)
             keys = [f"m{i}" for i in range(COUNT)]
             config = ClientConfig(namesrv_addr=namesrv, poll_name_server_interval=0.5)
             async with Producer(config=config, group="pop_failover_producer", send_timeout=5.0) as producer:
@@ -104,7 +90,8 @@ async def test_pop_across_two_failovers_loses_nothing_and_delivers_no_acked_mess
                 new = await until(lambda: group.new_master(client, old["epoch"]), "a new master holding the lease",
                                   TTL + 8, 0.05)
                 masters.append(new["replicaId"])
-                await until(lambda: equals(_route_master(namesrv), new["addr"]), "the route naming the new master", 15)
+                await until(lambda: equals(route_master(namesrv, TOPIC, GROUP), new["addr"]),
+                            "the route naming the new master", 15)
                 group.start(old["replicaId"])
             deadline = time.monotonic() + 120
             while not pop_proc.settled(logs, keys):

@@ -23,23 +23,12 @@ from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.store.format import decode_messages
 
-from .failover_group import TTL, FailoverGroup, equals, until
+from .failover_group import TTL, FailoverGroup, equals, route_master, until
 
 TOPIC = "FailoverTxn"
 GROUP = "broker-x"
 #: a half is checked 4 s after its birth: the first master is killed long before
 TX_SETTINGS = ("transactionTimeOut=4000", "transactionCheckInterval=500")
-
-
-async def _route_master(namesrv: str) -> str | None:
-    async with RemotingClient() as rc:
-        response = await rc.invoke(namesrv, RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}))
-    if response.code != ResponseCode.SUCCESS:
-        return None
-    for data in json.loads(response.body_bytes()).get("brokerDatas", []):
-        if data["brokerName"] == GROUP:
-            return data["brokerAddrs"].get("0")
-    return None
 
 
 async def _topic_keys(addr: str) -> Counter:
@@ -78,7 +67,8 @@ async def _failover(client: EtcdClient, group: FailoverGroup, namesrv: str) -> d
     old = await group.master(client)
     group.kill(old["replicaId"])
     new = await until(lambda: group.new_master(client, old["epoch"]), "a new master holding the lease", TTL + 5, 0.05)
-    await until(lambda: equals(_route_master(namesrv), new["addr"]), "the route naming the new master", 15)
+    await until(lambda: equals(route_master(namesrv, TOPIC, GROUP), new["addr"]),
+                            "the route naming the new master", 15)
     group.start(old["replicaId"])
     return new
 

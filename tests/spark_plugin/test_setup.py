@@ -24,11 +24,11 @@ sys.meta_path.insert(0, Block())
 """
 
 
-def test_base_install_imports_the_plugin_and_export_says_how_to_install_the_extra() -> None:
-    code = _WITHOUT_EXTRA + """
+def test_base_install_imports_the_plugin_and_export_says_how_to_install_the_extra(tmp_path) -> None:
+    code = _WITHOUT_EXTRA + f"""
 import pyrmq.spark_plugin, pyrmq.spark_plugin.cli
 from pyrmq.kernel.cli import main
-sys.exit(main(['export', '--namesrv', '127.0.0.1:1', '--topic', 'T', '--to', '/tmp/x']))
+sys.exit(main(['export', '--namesrv', '127.0.0.1:1', '--topic', 'T', '--to', {str(tmp_path / 'out')!r}]))
 """
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=dict(os.environ, PYRMQ_DISABLE_PLUGIN_AUTOLOAD="1"))
