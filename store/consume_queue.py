@@ -245,6 +245,22 @@ class ConsumeQueue:
             return iter(())
         return CQ_UNIT.iter_unpack(mf.view[pos:end])
 
+    def unit_fields(self, index: int, n: int) -> tuple[int, ...] | None:
+        """The fields of up to ``n`` (<= MAX_RUN) units from ``index``, all from the file holding it, flat (phy,
+        size, tags code, phy, ...): one unpack. None if no file; empty when the file has no unit there."""
+        offset = index * UNIT
+        mf = self.queue.find(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        k = min(n, (mf.wrote_position - pos) // UNIT)
+        if k <= 0:
+            return ()
+        run = _RUNS.get(k)
+        if run is None:
+            run = _RUNS[k] = struct.Struct(">" + "qiq" * k)
+        return run.unpack_from(mf.mm, pos)
+
     def roll_next_file(self, index: int) -> int:
         """Queue offset of the first unit of the file after the one holding ``index``."""
         per_file = self.file_size // UNIT

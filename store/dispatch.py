@@ -317,6 +317,11 @@ class TagsCodeFilter:
 
     codes: frozenset[int] | None = None
 
+    @property
+    def matches_everything(self) -> bool:
+        """True for ``*``: the store reads such a pull without asking the filter record by record."""
+        return self.codes is None
+
     def is_matched_by_consume_queue(self, tags_code: int) -> bool:
         return self.codes is None or tags_code in self.codes
 

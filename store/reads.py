@@ -17,15 +17,19 @@ from __future__ import annotations
 import functools
 import logging
 import os
+from bisect import bisect_right
 from collections.abc import Callable, Iterable
+from itertools import accumulate
+from operator import add
 
 from .commitlog import CommitLog
 from .config import StoreConfig
-from .consume_queue import BLANK_SIZE, ConsumeQueueStore
+from .consume_queue import BLANK_SIZE, MAX_RUN, ConsumeQueue, ConsumeQueueStore
 from .dispatch import Dispatchers, MessageFilter
 from .errors import NotVisibleError
 from .format import PROPERTY_KEYS, PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX, StoredMessage, decode_message
 from .index_file import IndexDispatcher, IndexService
+from .mapped_file import MappedFile
 from .results import GetMessageResult, GetMessageStatus, QueryMessageResult
 
 log = logging.getLogger("pyrmq.store")
@@ -123,6 +127,8 @@ class StoreReads:
         offset: int,
         max_msg_nums: int,
         message_filter: MessageFilter | Callable[[int, memoryview], bool] | None = None,
+        *,
+        coalesce: bool = False,
     ) -> GetMessageResult:
         """Messages of a topic-queue from queue ``offset`` (Java ``DefaultMessageStore.getMessage``, spec 2.3, 7.5).
 
@@ -133,7 +139,12 @@ class StoreReads:
 
         With a :attr:`read_bound`, a unit whose record ends beyond it is not there yet: the read stops before it (as
         at the end of the queue: OFFSET_OVERFLOW_ONE at its offset when it is the first one), so a consumer asks
-        again, or its long poll is parked, until the bound passes it."""
+        again, or its long poll is parked, until the bound passes it.
+
+        ``coalesce`` (a pull answer, whose body is the records back to back): ``buffers`` holds one view per run of
+        records adjacent in the commit log rather than one per record, ``message_count`` counts the records and
+        ``queue_offsets`` stays empty. Without a filter (or with one matching everything) that read is a lighter
+        loop: no per-record filter call, no per-record view."""
         cfg = self.config
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
@@ -148,16 +159,24 @@ class StoreReads:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
         if offset > max_offset:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
+        if message_filter is not None and getattr(message_filter, "matches_everything", False):
+            message_filter = None
+        max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
+        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        if coalesce and message_filter is None:
+            found = self._get_span(cq, offset, min_offset, max_offset, max_count, max_bytes)
+            if found is not None:
+                return found
         max_units = max(cfg.max_filter_message_count, max_msg_nums * 20) // 20
         units: Iterable[tuple[int, int, int]] | None = cq.units_from(offset, max_units)
         if units is None:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
+        if coalesce and message_filter is None:
+            return self._get_runs(units, offset, min_offset, max_offset, max_count, max_bytes)
         if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
             message_filter = _CallableFilter(message_filter)
         # a filter keeping per-unit answers (the broker's SQL92 results computed at dispatch) takes the unit's offset
         cq_check_at = getattr(message_filter, "is_matched_by_consume_queue_at", None)
-        max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
-        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
         buffers: list[memoryview] = []
         queue_offsets: list[int] = []
         total = 0
@@ -211,6 +230,112 @@ class StoreReads:
         return GetMessageResult(
             status, offset + scanned, min_offset, max_offset, buffers, queue_offsets, total,
             suggest_pulling_from_slave=behind > _memory_bytes() * cfg.access_message_in_memory_max_ratio / 100,
+        )
+
+    def _get_span(
+        self, cq: ConsumeQueue, offset: int, min_offset: int, max_offset: int, max_count: int, max_bytes: int
+    ) -> GetMessageResult | None:
+        """:meth:`_get_runs` of the usual pull in a few C-level calls, or None to leave it to the loop: the units
+        read with one unpack, none blank, all readable, all in one commit-log file; the records one view when they
+        lie back to back (a batch's), else a view each."""
+        n = min(max_count, max_offset - offset, MAX_RUN)
+        if n <= 0:
+            return None
+        fields = cq.unit_fields(offset, n)
+        if not fields:
+            return None
+        sizes = fields[1::3]
+        if BLANK_SIZE in sizes:
+            return None
+        phys = fields[0::3]
+        total = sum(sizes)
+        if total > max_bytes:
+            sums = list(accumulate(sizes))
+            k = max(bisect_right(sums, max_bytes), 1)  # at least one message, as the loop takes
+            phys, sizes, total = phys[:k], sizes[:k], sums[k - 1]
+        first = phys[0]
+        end = phys[-1] + sizes[-1]
+        bound = self._read_bound
+        if bound is not None and end > bound:
+            return None
+        mf = self.commit_log.queue.find(first)
+        if mf is None or mf.closed:
+            return None
+        base = mf.file_from_offset
+        if end > base + mf.wrote_position:
+            return None
+        view = mf.view
+        ends = list(map(add, phys, sizes))
+        if list(phys[1:]) == ends[:-1]:
+            buffers = [view[first - base : end - base]]
+        else:
+            buffers = [view[p - base : e - base] for p, e in zip(phys, ends)]
+        count = len(phys)
+        behind = self.commit_log.max_offset - phys[-1]
+        return GetMessageResult(
+            GetMessageStatus.FOUND, offset + count, min_offset, max_offset, buffers, [], total,
+            suggest_pulling_from_slave=behind > _memory_bytes() * self.config.access_message_in_memory_max_ratio / 100,
+            count=count,
+        )
+
+    def _get_runs(
+        self, units: Iterable[tuple[int, int, int]], offset: int, min_offset: int, max_offset: int, max_count: int,
+        max_bytes: int,
+    ) -> GetMessageResult:
+        """:meth:`get_message` with ``coalesce`` and no filter: the same records, limits and statuses, the views
+        one per run of records adjacent in one commit-log file."""
+        bound = self._read_bound
+        files = self.commit_log.queue
+        runs: list[memoryview] = []
+        mf: MappedFile | None = None
+        mf_start = mf_end = 0
+        run_start = run_end = 0  # commit-log offsets of the current run ([run_start, run_end), empty when equal)
+        count = total = scanned = 0
+        last_phy = skip_below = -1
+        status = GetMessageStatus.NO_MATCHED_MESSAGE
+        for phy, size, _tags_code in units:
+            if count and (count >= max_count or total + size > max_bytes):
+                break
+            if size == BLANK_SIZE or phy < skip_below:
+                scanned += 1
+                last_phy = phy
+                continue
+            end = phy + size
+            if bound is not None and end > bound:  # not readable yet: the read stops before it
+                if not scanned:
+                    return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
+                break
+            scanned += 1
+            last_phy = phy
+            if phy != run_end or end > mf_end:
+                if run_end > run_start:
+                    runs.append(mf.view[run_start - mf_start : run_end - mf_start])  # type: ignore[union-attr]  # set with run_end
+                if not (mf_start <= phy and end <= mf_end):
+                    mf = files.find(phy)
+                    if mf is None or mf.closed:
+                        if not count:
+                            status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                        skip_below = phy - phy % files.file_size + files.file_size
+                        run_start = run_end = mf_start = mf_end = 0
+                        continue
+                    mf_start = mf.file_from_offset
+                    mf_end = mf_start + mf.wrote_position
+                    if end > mf_end:
+                        run_start = run_end = 0
+                        continue
+                run_start = phy
+            run_end = end
+            count += 1
+            total += size
+        if run_end > run_start:
+            runs.append(mf.view[run_start - mf_start : run_end - mf_start])  # type: ignore[union-attr]  # set with run_end
+        if count:
+            status = GetMessageStatus.FOUND
+        behind = self.commit_log.max_offset - last_phy if last_phy >= 0 else 0
+        return GetMessageResult(
+            status, offset + scanned, min_offset, max_offset, runs, [], total,
+            suggest_pulling_from_slave=behind > _memory_bytes() * self.config.access_message_in_memory_max_ratio / 100,
+            count=count,
         )
 
     def look_message_bytes_by_offset(

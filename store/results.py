@@ -102,10 +102,12 @@ class GetMessageResult:
     queue_offsets: list[int] = attrs.field(factory=list)
     buffer_total_size: int = 0
     suggest_pulling_from_slave: bool = False
+    #: the number of records when ``buffers`` holds runs of adjacent records (a coalesced read); -1: one view each
+    count: int = -1
 
     @property
     def message_count(self) -> int:
-        return len(self.buffers)
+        return len(self.buffers) if self.count < 0 else self.count
 
     def body(self) -> bytes:
         return b"".join(self.buffers)
@@ -116,6 +118,8 @@ class GetMessageResult:
             if isinstance(b, memoryview):
                 b.release()
         self.buffers = []
+        if self.count >= 0:
+            self.count = 0
 
 
 @attrs.define(slots=True)

@@ -31,6 +31,15 @@ from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from pyrmq.remoting.vocabulary import PullSysFlag
+
+#: the sysFlag bits as plain ints: ``int & IntFlag`` builds an enum member on every test
+_FLAG_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
+_FLAG_SUSPEND = int(PullSysFlag.SUSPEND)
+_FLAG_SUBSCRIPTION = int(PullSysFlag.SUBSCRIPTION)
+_PULL_SUCCESS = int(ResponseCode.SUCCESS)
+#: PullMessageResponseHeader's wire names, in the order its to_ext_fields() writes them
+_SUGGEST, _NEXT_BEGIN, _MIN_OFFSET, _MAX_OFFSET = PullMessageResponseHeader(
+    suggest_which_broker_id=0, next_begin_offset=0, min_offset=0, max_offset=0).to_ext_fields()
 from pyrmq.store.results import GetMessageStatus
 
 log = logging.getLogger("pyrmq.broker.pull")
@@ -265,7 +274,7 @@ class PullMessageProcessor:
     def _would_read(self, header: PullMessageRequestHeader) -> bool:
         """Whether the pull reads a message now (its offset holds one) or may park until one comes."""
         store = self.ctx.store
-        return bool(header.sys_flag & PullSysFlag.SUSPEND) or (
+        return bool(header.sys_flag & _FLAG_SUSPEND) or (
             store.get_min_offset_in_queue(header.topic, header.queue_id)
             <= header.queue_offset
             < store.get_max_offset_in_queue(header.topic, header.queue_id)
@@ -279,7 +288,7 @@ class PullMessageProcessor:
         ctx = self.ctx
         settings = ctx.settings
         expression_type = header.expression_type or "TAG"  # as sent: Java's isTagType knows "TAG" only
-        if header.sys_flag & PullSysFlag.SUBSCRIPTION:
+        if header.sys_flag & _FLAG_SUBSCRIPTION:
             # Java delivers everything when SQL in the header does not compile; we refuse it (docs/decisions.md)
             if not is_tag_type(expression_type) and not settings.enablePropertyFilter:
                 return self._error(request, ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {expression_type}")
@@ -336,7 +345,8 @@ class PullMessageProcessor:
         """Read from the store and build the response; None = park (first execution with the suspend flag)."""
         ctx = self.ctx
         result = ctx.store.get_message(
-            header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums, message_filter
+            header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums, message_filter,
+            coalesce=True,  # the answer's body is the records back to back: a view per run of adjacent records
         )
         status = result.status
         next_begin = result.next_begin_offset
@@ -344,23 +354,30 @@ class PullMessageProcessor:
             code = ResponseCode.PULL_OFFSET_MOVED if header.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
         else:
             code = _STATUS_CODE.get(status, ResponseCode.SYSTEM_ERROR)
-        if first and code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & PullSysFlag.SUSPEND:
+        if first and code == ResponseCode.PULL_NOT_FOUND and header.sys_flag & _FLAG_SUSPEND:
             result.release()
             self._commit(header, first)
             return None
         self._commit(header, first)
-        response_header = PullMessageResponseHeader(
-            suggest_which_broker_id=self._suggest(header, result), next_begin_offset=next_begin, min_offset=result.min_offset, max_offset=result.max_offset
-        )
-        body = result.buffers if code == ResponseCode.SUCCESS else b""
-        if code == ResponseCode.SUCCESS:
-            ctx.get_stats.add(result.message_count)
-            ctx.stats.get(header.topic, header.consumer_group, result.message_count, result.buffer_total_size)
-        return request.make_response(code, status.value, response_header.to_ext_fields(), body)
+        # PullMessageResponseHeader's fields, as its to_ext_fields() renders them, and the same members pre-rendered
+        # as JSON (RemotingCommand.ext_json: byte-identical to the generic encoder's, tested)
+        suggest = str(self._suggest(header, result))
+        next_text, min_text, max_text = str(next_begin), str(result.min_offset), str(result.max_offset)
+        ext = {_SUGGEST: suggest, _NEXT_BEGIN: next_text, _MIN_OFFSET: min_text, _MAX_OFFSET: max_text}
+        if code == _PULL_SUCCESS:
+            count = result.message_count
+            ctx.get_stats.add(count)
+            ctx.stats.get(header.topic, header.consumer_group, count, result.buffer_total_size)
+            response = request.make_response(code, status.value, ext, result.buffers)
+        else:
+            response = request.make_response(code, status.value, ext, b"")
+        response.ext_json = (f'"{_SUGGEST}":"{suggest}","{_NEXT_BEGIN}":"{next_text}","{_MIN_OFFSET}":"{min_text}",'
+                             f'"{_MAX_OFFSET}":"{max_text}"')
+        return response
 
     def _commit(self, header: PullMessageRequestHeader, first: bool) -> None:
         # the commit offset travels with the pull; stored on the first execution, by a master only (spec 3.3)
-        if first and header.sys_flag & PullSysFlag.COMMIT_OFFSET and self.ctx.settings.brokerRole != "SLAVE":
+        if first and header.sys_flag & _FLAG_COMMIT_OFFSET and self.ctx.settings.brokerRole != "SLAVE":
             self.ctx.offsets.commit(header.consumer_group, header.topic, header.queue_id, header.commit_offset)
 
 

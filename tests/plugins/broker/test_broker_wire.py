@@ -105,6 +105,39 @@ async def _raw_round_trip(addr, request):
     return data[8 : 8 + header_len].decode()
 
 
+async def test_pull_answers_write_the_generic_encoders_header_bytes(broker, remoting_client):
+    """The pull answer's extFields come from a template (``ext_json``): on the wire, for each status a pull can end
+    with, the header is byte for byte what the generic encoder writes for the same fields, and those fields are
+    PullMessageResponseHeader's."""
+    from pyrmq.remoting.framing import FrameDecoder
+
+    addr = broker.listening["broker"]
+    assert (await remoting_client.invoke(addr, create_topic("TPullHead", 1))).code == 0
+    for i in range(5):
+        sent = await remoting_client.invoke(addr, send_request("TPullHead", b"%d" % i, tags="A", queue_id=0))
+        assert sent.code == ResponseCode.SUCCESS
+    cases = [
+        (pull_request("TPullHead", 0, 0), ResponseCode.SUCCESS, "FOUND", "5"),
+        (pull_request("TPullHead", 0, 3, max_nums=1), ResponseCode.SUCCESS, "FOUND", "4"),
+        (pull_request("TPullHead", 0, 5), ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", "5"),
+        (pull_request("TPullHead", 0, 9), ResponseCode.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", "5"),
+        (pull_request("TPullHead", 0, 0, sub="B"), ResponseCode.PULL_RETRY_IMMEDIATELY, "NO_MATCHED_MESSAGE", "5"),
+    ]
+    for request, code, remark, next_begin in cases:
+        header = await _raw_round_trip(addr, request)
+        [decoded] = FrameDecoder().feed(_frame_of(header))
+        assert (decoded.code, decoded.remark) == (code, remark), header
+        assert decoded.ext_fields == {"suggestWhichBrokerId": "0", "nextBeginOffset": next_begin, "minOffset": "0",
+                                      "maxOffset": "5"}
+        assert decoded.encode_header().decode() == header
+
+
+def _frame_of(header: str) -> bytes:
+    """A bodiless remoting frame holding ``header`` (JSON serialisation)."""
+    raw = header.encode()
+    return (4 + len(raw)).to_bytes(4, "big") + len(raw).to_bytes(4, "big") + raw
+
+
 async def test_single_send_paths_answer_and_store_alike(broker, remoting_client):
     """SEND_MESSAGE_V2 (short names) takes the broker's one-pass single-send path, SEND_MESSAGE (long names) the
     general one: the same response header bytes but for the message's own id and offsets, the same stored
