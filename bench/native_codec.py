@@ -20,12 +20,15 @@ Then, per run (``--repeat``, turns rotated), one ``pyrmq namesrv`` + ``pyrmq bro
 (bench/peers.py's servers), one send in flight, 1 KiB bodies, ``--count`` sends a row:
 
 - ``BlockingProducer.send``: pure Python, as bench/peers.py drives it;
-- the prototype: the same ``BlockingProducer`` whose direct sender (``client/blocking.py``'s ``_DirectSender``)
-  keeps in Python what a native build would keep there (validation, UNIQ_KEY, properties text, queue round robin,
-  fault-latency bookkeeping, the ``SendResult``) and uses the C codec for the frame and the answer;
-- a raw client sending pre-encoded request bytes to the same broker and reading the answer's length only: the
-  ceiling of any codec (one that costs nothing);
-- redis-py + hiredis XADD against ``redis-server`` (AOF everysec).
+- the prototype: a ``BlockingProducer`` whose direct sender (``client/blocking.py``'s ``_DirectSender``) keeps in
+  Python what a native build would keep there (validation, UNIQ_KEY, properties text, queue round robin,
+  fault-latency bookkeeping, the ``SendResult``) and uses the C codec for the frame and the answer; these two take
+  turns in four blocks a run (A, B, A, B, ...), in the same minutes;
+- a raw client sending pre-encoded request frames (``--count`` distinct messages encoded by pyrmq before the clock
+  starts) to the same broker and reading the answer's length only: the ceiling of any codec (one that costs nothing);
+- redis-py + hiredis XADD against ``redis-server`` (AOF everysec);
+- for the broker's share: the same raw client against bench/peers.py's ``RawEchoServer`` (trio), a Python server
+  that answers each frame with the bytes of a SEND_OK and does nothing else.
 
 Printed: msgs/s, client CPU a send (``time.process_time`` of this process), broker CPU a send (utime + stime of
 its pid), the ratio to Redis; medians of the runs. Then client CPU a message for decoding a pull answer of 32 x
@@ -39,7 +42,6 @@ import argparse
 import importlib.machinery
 import importlib.util
 import os
-import shutil
 import socket
 import statistics
 import subprocess
@@ -56,7 +58,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 import peers  # noqa: E402
-from peers import BODY, PyrmqServer, RedisServer, Timed, progress  # noqa: E402
+from peers import BODY, PyrmqServer, RawEchoServer, RedisServer, Timed, progress  # noqa: E402
 
 from pyrmq.client import Admin, BlockingProducer, Message, Producer  # noqa: E402
 from pyrmq.client.blocking import _DirectSender  # noqa: E402
@@ -322,36 +324,61 @@ def create_topic(server: PyrmqServer) -> None:
     trio.run(main)
 
 
-def run_blocking(server: PyrmqServer, n: int, codec: Any | None, group: str) -> dict:
-    with BlockingProducer(server.namesrv_addr, group) as producer:
-        sender = None
-        if codec is not None:
-            sender = producer._direct = NativeDirectSender(producer.producer, codec)
-        producer.send(Message(TOPIC, BODY))  # the route
-        if sender is not None:
-            sender.verify = 100  # the real broker's first answers: decoded both ways, compared
+def run_ab(server: PyrmqServer, n: int, codec: Any, run: int, chunks: int = 4) -> dict[str, dict]:
+    """``BlockingProducer.send`` pure Python (A) and with the C codec (B), two producers of one process taking
+    turns in ``chunks`` blocks each (A, B, A, B ...; B first on odd runs), so that both see the same minutes of a
+    shared machine. Before timing, B's first 100 answers from the broker are decoded both ways and compared."""
+    per = max(1, n // chunks)
+    with BlockingProducer(server.namesrv_addr, f"native_bench_pure_{run}") as pure, \
+            BlockingProducer(server.namesrv_addr, f"native_bench_native_{run}") as native:
+        sender = native._direct = NativeDirectSender(native.producer, codec)
+        for producer in (pure, native):
+            producer.send(Message(TOPIC, BODY))  # the route
+        sender.verify = 100
         for _ in range(200):
-            producer.send(Message(TOPIC, BODY))
-        if sender is not None:
-            assert sender.verify == 0 and sender.fast >= 100, (sender.verify, sender.fast, sender.slow)
-            sender.fast = sender.slow = 0
-        with Timed(server.pid) as t:
-            for _ in range(n):
-                producer.send(Message(TOPIC, BODY))
-        row = t.row(n)
-        if sender is not None:
-            row["fast"], row["slow"] = sender.fast, sender.slow
-    return row
+            pure.send(Message(TOPIC, BODY))
+            native.send(Message(TOPIC, BODY))
+        assert sender.verify == 0 and sender.fast >= 100, (sender.verify, sender.fast, sender.slow)
+        sender.fast = sender.slow = 0
+        totals = {"pure": [0.0, 0.0, 0.0], "native": [0.0, 0.0, 0.0]}  # seconds, client CPU, broker CPU
+        order = ("pure", "native") if run % 2 == 0 else ("native", "pure")
+        for _ in range(chunks):
+            for name in order:
+                producer = pure if name == "pure" else native
+                with Timed(server.pid) as t:
+                    for _ in range(per):
+                        producer.send(Message(TOPIC, BODY))
+                acc = totals[name]
+                acc[0] += t.seconds
+                acc[1] += t.own
+                acc[2] += t.cpu
+    count = per * chunks
+    out = {name: {"rate": count / acc[0], "client_us": acc[1] / count * 1e6, "cpu_us": acc[2] / count * 1e6}
+           for name, acc in totals.items()}
+    out["native"]["fast"], out["native"]["slow"] = sender.fast, sender.slow
+    return out
 
 
-def run_raw(server: PyrmqServer, n: int, request: bytes) -> dict:
-    """Pre-encoded request bytes to the broker, one in flight; the answer is read up to its length, not decoded."""
+def raw_requests(n: int) -> list[bytes]:
+    """``n`` distinct SEND_MESSAGE_V2 frames of a 1 KiB body (each its own UNIQ_KEY, born time and opaque, queues
+    0..7 in turn), encoded by pyrmq's producer before the clock starts: what a codec costing nothing would send."""
+    producer = Producer("127.0.0.1:9876", "native_bench_raw")
+    out = []
+    for i in range(n):
+        p = producer._prepare(Message(TOPIC, BODY))
+        out.append(producer._request(p, MessageQueue(TOPIC, "broker-a", i % 8), int(time.time() * 1000)).encode())
+    return out
+
+
+def run_raw(server: PyrmqServer, requests: list[bytes], same: bool = False) -> dict:
+    """The pre-encoded requests to the broker, one in flight; the answer is read up to its length, not decoded.
+    ``same``: send the first request every time (as bench/peers.py's raw rows do)."""
     host, _, port = server.broker_addr.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=30) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         recv, send = sock.recv, sock.sendall
 
-        def round_trip() -> None:
+        def round_trip(request: bytes) -> None:
             send(request)
             data = recv(65536)
             while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
@@ -360,12 +387,13 @@ def run_raw(server: PyrmqServer, n: int, request: bytes) -> dict:
                     raise SystemExit("the broker closed the raw connection")
                 data += more
 
-        for _ in range(200):
-            round_trip()
+        for request in requests[:200]:
+            round_trip(request)
+        timed = [requests[0]] * len(requests) if same else requests
         with Timed(server.pid) as t:
-            for _ in range(n):
-                round_trip()
-    return t.row(n)
+            for request in timed:
+                round_trip(request)
+    return t.row(len(requests))
 
 
 def run_redis(server: RedisServer, n: int) -> dict[str, dict]:
@@ -425,6 +453,55 @@ def pull_decode(codec: Any, rounds: int) -> dict[str, float]:
     return out
 
 
+def codec_micro(codec: Any, rounds: int = 20_000) -> dict[str, float]:
+    """In this process, warm, no socket: CPU us of each step of one send, pyrmq's code against the prototype's.
+    ``prepare``: Message + Producer._prepare (both keep it); ``encode``: Producer._request + encode_into + join
+    against encode_send; ``decode``: FrameDecoder.feed + Producer._result against decode_send_answer + SendResult."""
+    producer = Producer("127.0.0.1:9876", "native_micro")
+    mq = MessageQueue(TOPIC, "broker-a", 0)
+    p = producer._prepare(Message(TOPIC, BODY))
+    born = int(time.time() * 1000)
+    request = producer._request(p, mq, born)
+    answer = request.make_response(0, None, {
+        "MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": "7F00000100002A9F00000000000F4240",
+        "queueId": "0", "queueOffset": "123456"})
+    answer.flag |= 1
+    frame = answer.encode()
+    decoder = FrameDecoder()
+    encode, decode, group = codec.encode_send, codec.decode_send_answer, producer.group
+
+    def pure_encode() -> None:
+        parts: list = []
+        producer._request(p, mq, born).encode_into(parts)
+        b"".join(parts)
+
+    def native_encode() -> None:
+        encode(group, p.topic, mq.queue_id, p.sys_flag, born, p.flag, p.properties, p.body, next_opaque())
+
+    def pure_decode() -> None:
+        (cmd,) = decoder.feed(frame)
+        producer._result(p, mq, cmd, "addr")
+
+    def native_decode() -> None:
+        r = decode(frame)
+        SendResult(_STATUS[r[1]], p.uniq_key, r[5], mq, r[7], r[8], r[9], None)
+
+    steps = {
+        "prepare": lambda: producer._prepare(Message(TOPIC, BODY)),
+        "encode_python": pure_encode, "encode_native": native_encode,
+        "decode_python": pure_decode, "decode_native": native_decode,
+    }
+    out = {}
+    for name, fn in steps.items():
+        for _ in range(1000):
+            fn()
+        c0 = time.process_time()
+        for _ in range(rounds):
+            fn()
+        out[name] = (time.process_time() - c0) / rounds * 1e6
+    return out
+
+
 # ---- driver -----------------------------------------------------------------------------------------------------------
 
 
@@ -438,14 +515,16 @@ def main() -> None:
     n = args.count
     rows: dict[str, list[dict]] = {}
     pulls: list[dict[str, float]] = []
+    micros: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="pyrmq-native-") as tmp:
         work = Path(tmp)
         codec = build(work)
         cases = check_codec(codec)
         progress(f"prototype built ({SOURCE.relative_to(BENCH.parent)}); {cases} cases byte-identical to pyrmq; "
                  f"{os.cpu_count()} CPUs, load average {os.getloadavg()}")
-        request, _answer = peers.send_frames()
-        names = ("pure", "native", "raw", "redis")
+        request, answer = peers.send_frames()
+        requests = raw_requests(n)
+        names = ("pure+native", "raw", "redis", "floor")
         for run in range(args.repeat):
             k = run % len(names)
             order = names[k:] + names[:k]
@@ -461,36 +540,48 @@ def main() -> None:
                             got = run_redis(redis_server, n)
                         finally:
                             redis_server.stop()
-                        rows.setdefault("redis", []).append(got["sync"])
-                        rows.setdefault("xread", []).append(got["xread"])
-                        row = got["sync"]
+                        got["xread"].pop("cpu")
+                        got = {"redis": got["sync"], "xread": got["xread"]}
+                    elif name == "floor":
+                        echo = RawEchoServer(work / f"run{run}", "trio", answer)
+                        try:
+                            got = {name: peers.part2_raw(echo, request, {"py_sync": n})["py_sync"]}
+                        finally:
+                            echo.stop()
                     elif name == "raw":
-                        row = run_raw(pyrmq_server, n, request)
-                        rows.setdefault(name, []).append(row)
+                        got = {name: run_raw(pyrmq_server, requests)}
                     else:
-                        row = run_blocking(pyrmq_server, n, codec if name == "native" else None,
-                                           f"native_bench_{name}_{run}")
-                        rows.setdefault(name, []).append(row)
-                    progress(f"  {name:7s} {row['rate']:>9,.0f} msgs/s  client {row['client_us']:6.1f} us  "
-                             f"server {row['cpu'] / n * 1e6:6.1f} us a send"
-                             + (f"  (native answers {row['fast']}, fallback {row['slow']})" if "fast" in row else ""))
+                        got = run_ab(pyrmq_server, n, codec, run)
+                    for key, row in got.items():
+                        if "cpu" in row:  # Timed rows: the server's CPU seconds over n sends
+                            row["cpu_us"] = row.pop("cpu") / n * 1e6
+                        rows.setdefault(key, []).append(row)
+                        if key == "xread":
+                            continue
+                        progress(f"  {key:7s} {row['rate']:>9,.0f} msgs/s  client {row['client_us']:6.1f} us  "
+                                 f"server {row['cpu_us']:6.1f} us a send"
+                                 + (f"  (native answers {row['fast']}, fallback {row['slow']})" if "fast" in row else ""))
             finally:
                 pyrmq_server.stop()
             pulls.append(pull_decode(codec, args.pull_rounds))
+            micros.append(codec_micro(codec))
+            progress("  codec steps (us): " + ", ".join(f"{k} {v:.2f}" for k, v in micros[-1].items()))
             progress(f"  pull decode: python {pulls[-1]['python']:.2f} us, native {pulls[-1]['native']:.2f} us a message")
-    print(table(rows, pulls, n, args.repeat))
+    print(table(rows, pulls, micros, n, args.repeat))
 
 
 def med(runs: list[dict], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def table(rows: dict[str, list[dict]], pulls: list[dict[str, float]], n: int, repeat: int) -> str:
+def table(rows: dict[str, list[dict]], pulls: list[dict[str, float]], micros: list[dict[str, float]], n: int,
+          repeat: int) -> str:
     labels = (
         ("pure", "BlockingProducer.send, pure Python -> pyrmq broker"),
         ("native", "prototype: BlockingProducer + C codec (encode + answer decode) -> pyrmq broker"),
         ("raw", "raw client, pre-encoded request, answer not decoded -> pyrmq broker (codec costs nothing)"),
         ("redis", "redis-py + hiredis XADD -> Redis 7 Streams"),
+        ("floor", "raw client, pre-encoded -> a trio Python server that only answers (bench/peers.py's floor)"),
     )
     redis_rate = med(rows["redis"], "rate") if rows.get("redis") else None
     lines = [
@@ -503,15 +594,22 @@ def table(rows: dict[str, list[dict]], pulls: list[dict[str, float]], n: int, re
         runs = rows.get(key)
         if not runs:
             continue
-        rate, client, server = med(runs, "rate"), med(runs, "client_us"), med(runs, "cpu") / n * 1e6
+        rate, client, server = med(runs, "rate"), med(runs, "client_us"), med(runs, "cpu_us")
         vs = f"{rate / redis_rate:.2f}x" if redis_rate else "-"
         lines.append(f"| {label} | {rate:,.0f} | {vs} | {client:.1f} | {server:.1f} | {client + server:.1f} |")
     if rows.get("pure") and rows.get("native") and rows.get("raw"):
         pure, native, raw = (med(rows[k], "client_us") for k in ("pure", "native", "raw"))
-        lines += ["", f"Client CPU a send: the codec's share of pure Python's {pure:.1f} us is at most "
-                      f"{pure - raw:.1f} us (pure - raw); the C codec takes {pure - native:.1f} us off "
-                      f"({(pure - native) / pure * 100:.0f} %), leaving {native - raw:.1f} us of Python above the raw "
-                      "client (preparation, queue choice, SendResult)."]
+        lines += ["", f"Client CPU a send: pure Python {pure:.1f} us, {pure - raw:.1f} us of it above the raw client's "
+                      f"socket calls (the codec and everything else in Python); the C codec takes {pure - native:.1f} "
+                      f"us off ({(pure - native) / pure * 100:.0f} %), leaving {native - raw:.1f} us of Python above the "
+                      "raw client (Message, _prepare with its UNIQ_KEY, queue choice, fault bookkeeping, SendResult, "
+                      "the client loop's timers)."]
+    if micros:
+        m = {k: statistics.median(x[k] for x in micros) for k in micros[0]}
+        lines += ["", f"The codec's steps in this process (warm, no socket), CPU us a send: Message + _prepare "
+                      f"{m['prepare']:.2f} (kept in Python by both); encode: _request + encode_into "
+                      f"{m['encode_python']:.2f}, C {m['encode_native']:.2f}; answer: FrameDecoder + _result "
+                      f"{m['decode_python']:.2f}, C + SendResult {m['decode_native']:.2f}"]
     if pulls:
         py, c = statistics.median(p["python"] for p in pulls), statistics.median(p["native"] for p in pulls)
         xr = f"; redis-py + hiredis XREAD COUNT 1000: {med(rows['xread'], 'client_us'):.2f} us" if rows.get("xread") else ""
