@@ -251,8 +251,8 @@ def check_codec(codec: Any) -> int:
     answers = [
         ({"MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "msgId": "7F00000100002A9F00000000000F4240",
           "queueId": "3", "queueOffset": "123456"}, 0, None, True),
-        ({"MSG_REGION": "Region\u00e9", "TRACE_ON": "false", "msgId": "X", "queueId": "5", "queueOffset": "0"},
-         0, None, True),
+        ({"MSG_REGION": "Region", "TRACE_ON": "false", "msgId": "X", "queueId": "5", "queueOffset": "0"}, 0, None, True),
+        ({"MSG_REGION": "R\u00e9gion", "msgId": "X", "queueId": "5", "queueOffset": "0"}, 0, None, False),
         ({"msgId": "A", "queueId": "3", "queueOffset": "9"}, 10, None, True),  # FLUSH_DISK_TIMEOUT
         ({"msgId": "A", "queueId": "3", "queueOffset": "9", "transactionId": "T1"}, 0, None, False),
         ({}, 0, "a remark", True),

@@ -218,13 +218,14 @@ typedef struct { const char *p, *end; } Scan;
 
 static void ws(Scan *s) { while (s->p < s->end && (*s->p == ' ' || *s->p == '\n' || *s->p == '\r' || *s->p == '\t')) s->p++; }
 
-/* a string without escapes: returns 0 and [a, b) of its content; -1 for anything else */
+/* an ASCII string without escapes: returns 0 and its content; -1 for anything else */
 static int sstr(Scan *s, const char **a, Py_ssize_t *n) {
     ws(s);
     if (s->p >= s->end || *s->p != '"') return -1;
     const char *q = ++s->p;
     while (s->p < s->end && *s->p != '"') {
-        if (*s->p == '\\' || (unsigned char)*s->p < 0x20) return -1;
+        /* escapes, control characters, non-ASCII (UTF-8 checks included): json's job */
+        if (*s->p == '\\' || (unsigned char)*s->p < 0x20 || (unsigned char)*s->p >= 0x80) return -1;
         s->p++;
     }
     if (s->p >= s->end) return -1;
@@ -238,6 +239,7 @@ static int sint(Scan *s, long long *v) {
     int neg = 0;
     if (s->p < s->end && *s->p == '-') { neg = 1; s->p++; }
     if (s->p >= s->end || *s->p < '0' || *s->p > '9') return -1;
+    if (*s->p == '0' && s->p + 1 < s->end && s->p[1] >= '0' && s->p[1] <= '9') return -1; /* not JSON */
     long long x = 0; int digits = 0;
     while (s->p < s->end && *s->p >= '0' && *s->p <= '9') {
         if (++digits > 18) return -1;
@@ -282,7 +284,7 @@ static PyObject *decode_send_answer(PyObject *self, PyObject *arg) {
     int have_qid = 0, trace_on = 1;
     const char *remark = NULL, *msgid = "", *region = NULL, *a;
     Py_ssize_t remark_n = 0, msgid_n = 0, region_n = 0, n;
-    int has_remark = 0;
+    int has_remark = 0, has_ext = 0;
     if (lit(&s, '{') < 0) goto fallback;
     ws(&s);
     if (s.p < s.end && *s.p == '}') { s.p++; goto done; }
@@ -301,7 +303,7 @@ static PyObject *decode_send_answer(PyObject *self, PyObject *arg) {
             has_remark = 1;
         }
         else if (KEY_IS(a, n, "extFields")) {
-            if (lit(&s, '{') < 0) goto fallback;
+            if (has_ext++ || lit(&s, '{') < 0) goto fallback; /* a second one replaces the first in json */
             ws(&s);
             if (s.p < s.end && *s.p == '}') s.p++;
             else for (;;) {
