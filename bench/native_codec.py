@@ -1,6 +1,6 @@
 """What a native codec would buy the sync send row (issue 29): a C prototype measured beside pure-Python pyrmq.
 
-    .venv/bin/python bench/native_codec.py [--count 5000] [--repeat 3] [--pull-rounds 2000]
+    .venv/bin/python bench/native_codec.py [--count 20000] [--repeat 3] [--pull-rounds 2000]      (about a minute)
 
 A PROTOTYPE KEPT OUT OF THE PRODUCT. pyrmq's rule is pure Python; the issue asks, for a Python row that stays below
 Redis Streams in pure Python, what an optional native codec (an extension with the pure-Python path as fallback, as
@@ -31,9 +31,10 @@ Then, per run (``--repeat``, turns rotated), one ``pyrmq namesrv`` + ``pyrmq bro
   that answers each frame with the bytes of a SEND_OK and does nothing else.
 
 Printed: msgs/s, client CPU a send (``time.process_time`` of this process), broker CPU a send (utime + stime of
-its pid), the ratio to Redis; medians of the runs. Then client CPU a message for decoding a pull answer of 32 x
-1 KiB records, native against ``decode_messages``, beside redis-py + hiredis XREAD COUNT 1000. Figures are printed,
-never asserted. Needs ``redis-server`` and ``pip install redis hiredis`` in the venv, like bench/peers.py.
+its pid), the ratio to Redis; medians of the runs. Then the codec's steps timed in this process (warm, no socket:
+``_request`` + ``encode_into`` against ``encode_send``, ``FrameDecoder`` + ``_result`` against the scanner +
+``SendResult``), and client CPU a message for decoding a pull answer of 32 x 1 KiB records, native against
+``decode_messages``, beside redis-py + hiredis XREAD COUNT 1000. Figures are printed, never asserted. Needs ``redis-server`` and ``pip install redis hiredis`` in the venv, like bench/peers.py.
 """
 
 from __future__ import annotations
@@ -507,7 +508,7 @@ def codec_micro(codec: Any, rounds: int = 20_000) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--count", type=int, default=5_000, help="sends a row and run (default 5,000)")
+    ap.add_argument("--count", type=int, default=20_000, help="sends a row and run (default 20,000)")
     ap.add_argument("--repeat", type=int, default=3, help="runs, turns rotated; the table shows medians")
     ap.add_argument("--pull-rounds", type=int, default=2_000, help="pull answers of 32 records decoded a run")
     args = ap.parse_args()
