@@ -50,6 +50,8 @@ from trio.lowlevel import (
     Abort,
     RaiseCancelT,
     Task,
+    cancel_shielded_checkpoint,
+    checkpoint_if_cancelled,
     current_task,
     notify_closing,
     reschedule,
@@ -92,6 +94,8 @@ try:
 except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
     IOV_MAX = 16
 
+#: how often a reader that lent its socket to invoking tasks looks whether they still use it (see ``_lend_socket``)
+LEND_CHECK = 0.05
 _OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 _SOCKET_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 _conn_ids = itertools.count(1)
@@ -210,6 +214,15 @@ class Connection:
         self._timer_started = False
         self._room: trio.Event | None = None  # set when in_flight drops below max_in_flight
         self._drained: trio.Event | None = None  # set when the output queue empties
+        # Who reads the socket (client side): the reader task, or a lone invoke reading its own answer while the
+        # reader is parked (``_lend_socket``). _lent: the reader may lend it; _parked: the parked reader.
+        self._lent = False
+        self._lend_next = False  # a lone sync invoke was seen: lend the socket once the reader is idle again
+        self._lend_count = 0  # invokes that read their own answer (the parked reader's sign of use)
+        self._parked: Task | None = None
+        self._reading: Task | None = None  # the invoking task reading, while lent
+        self._reading_waiter: _Waiter | None = None  # its waiter
+        self._backlog: list[RemotingCommand] = []  # requests read by an invoking task, for the reader
 
     def __repr__(self) -> str:
         side = "server" if self.server_side else "client"
@@ -243,19 +256,28 @@ class Connection:
                     await self._wait_for_room()
                     if self.closed:
                         break
-                try:
-                    data = recv(RECV_SIZE)
-                except BlockingIOError:
-                    await wait_readable(sock)
-                    waited = True
-                    continue
-                if not data:
-                    break
+                if self._backlog:  # requests an invoking task read while the socket was lent (client side)
+                    cmds, self._backlog = self._backlog, []
+                else:
+                    try:
+                        data = recv(RECV_SIZE)
+                    except BlockingIOError:
+                        if self._lend_next and not pending:
+                            await self._lend_socket()
+                            if self.closed:
+                                break
+                        else:
+                            await wait_readable(sock)
+                        waited = True
+                        continue
+                    if not data:
+                        break
+                    cmds = feed(data)
                 self.last_activity = trio.current_time()
                 queued = 0
                 processors = self._owner.processors
                 timing = getattr(self._owner, "request_timer", None)  # None unless metrics time requests
-                for cmd in feed(data):
+                for cmd in cmds:
                     flag = cmd.flag
                     if flag & RPC_RESPONSE:
                         waiter = pending.pop(cmd.opaque, None)
@@ -330,6 +352,116 @@ class Connection:
     async def _wait_for_room(self) -> None:
         self._room = trio.Event()
         await self._room.wait()
+
+    # ---- the socket lent to a lone invoke (client side) -------------------------------------------------------
+    #
+    # A sync invoke with nothing else pending reads its own answer: it waits for readability and parses the frame
+    # itself, instead of parking while the reader task wakes, parses and reschedules it (two task switches and two
+    # scheduler passes a round trip). trio lets one task at a time wait for a socket's readability, so the reader
+    # lends the socket: once it saw a lone invoke and finds nothing pending and nothing to read, it parks on a plain
+    # wait_task_rescheduled (``_lend_socket``). While lent, an invoke alone on the connection takes the socket
+    # (``_invoke_reading``) and gives it back by a flag when answered: nothing per call. The reader takes the socket
+    # back when woken (``_wake_reader``: a callback invoke, a second invoke, requests the invoker read, close) or
+    # when its LEND_CHECK timer finds that no invoke used the socket since the last check, so requests the peer
+    # sends (CHECK_TRANSACTION_STATE ...) are read within 2 * LEND_CHECK when no invoke runs; while one runs, the
+    # invoker hands them to the reader at once.
+
+    async def _lend_socket(self) -> None:
+        """The reader's side: park while invokes read their own answers; return when the reader must read again."""
+        self._lend_next = False
+        self._lent = True
+        task = current_task()
+        while self._lent:
+            seen = self._lend_count
+            self._parked = task
+            with trio.CancelScope(deadline=trio.current_time() + LEND_CHECK):
+                await wait_task_rescheduled(self._abort_park)
+            # woken (_lent is False), or the check: take the socket back unless an invoke used it since the last one
+            if self._lent and self._reading is None and self._lend_count == seen:
+                self._lent = False
+        self._parked = None
+
+    def _abort_park(self, _raise_cancel: RaiseCancelT) -> Abort:
+        self._parked = None
+        return Abort.SUCCEEDED
+
+    def _wake_reader(self) -> None:
+        """The reader reads again (the socket must not be in an invoking task's hands)."""
+        self._lent = False
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            reschedule(task)
+
+    def _return_socket(self) -> None:
+        """An invoking task is done reading: the socket stays lent, unless someone else waits for an answer."""
+        self._reading = None
+        self._reading_waiter = None
+        if self._pending or self._backlog or self.closed:
+            self._wake_reader()
+
+    async def _invoke_reading(self, request: RemotingCommand, timeout: float | None) -> RemotingCommand:
+        """``invoke`` while the socket is lent and nothing else is pending: send, then read the answer here."""
+        await checkpoint_if_cancelled()  # yields only if cancelled (then raises): nothing is sent
+        self._encode_request(request)
+        opaque = request.opaque
+        if timeout is None:
+            deadline = _INF
+        else:
+            deadline = trio.current_time() + timeout
+            self._arm_timer(deadline)
+        waiter = self._reading_waiter = _Waiter(deadline, timeout, request.code)
+        pending = self._pending
+        pending[opaque] = waiter
+        self._reading = current_task()
+        self._lend_count += 1
+        sock = self._sock
+        try:
+            if not await self._flush(deadline) and not self.closed:
+                raise RemotingTimeout(self.address, timeout or 0.0, request.code)
+            waited = False
+            try:
+                while waiter.result is None and not self.closed:
+                    try:
+                        data = sock.recv(RECV_SIZE)
+                    except BlockingIOError:
+                        # no cancel scope (it would cost a third of this whole path): past the deadline the timer
+                        # task closes the connection, which ends this wait (see _timer_loop)
+                        await wait_readable(sock)
+                        waited = True
+                        continue
+                    if not data:
+                        self._teardown("closed by peer")
+                        break
+                    self.last_activity = trio.current_time()
+                    for cmd in self._decoder.feed(data):
+                        if cmd.flag & RPC_RESPONSE:
+                            other = pending.pop(cmd.opaque, None)
+                            if other is not None:
+                                other.deliver(outcome.Value(cmd))
+                        else:
+                            self._backlog.append(cmd)
+                    if self._backlog and waiter.result is None:
+                        # a request of the peer's: the reader processes it (it may be what our answer waits
+                        # for) and reads on; we wait for our answer like any invoke (the timer's timeout)
+                        self._return_socket()
+                        return await waiter.wait()
+            except ProtocolError as exc:
+                log.warning("closing connection from %s: %s", self.address, exc)
+                self._teardown(f"protocol error: {exc}")
+            except _SOCKET_ERRORS as exc:
+                self._teardown(f"socket error: {exc!r}")
+            result = waiter.result
+            if result is None:
+                raise RemotingClosed(self.address, f"connection closed ({self.close_reason})")
+            if not waited:  # the answer was there at once: still a scheduling point (as trio's socket calls)
+                await cancel_shielded_checkpoint()
+            return result.unwrap()
+        finally:
+            if pending.get(opaque) is waiter:
+                del pending[opaque]
+            if self._reading is not None:
+                self._return_socket()
 
     # ---- writer -----------------------------------------------------------------------------------------------
 
@@ -456,10 +588,18 @@ class Connection:
                     expired.append(opaque)
                 elif d < earliest:
                     earliest = d
+            reading = None
             for opaque in expired:
                 # only an invoke with a timeout has a deadline (a callback waiter's is infinite)
                 waiter = cast(_Waiter, pending.pop(opaque))
                 waiter.deliver(outcome.Error(RemotingTimeout(self.address, cast(float, waiter.timeout), waiter.code)))
+                if waiter is self._reading_waiter:
+                    reading = waiter
+            if reading is not None:
+                # An invoke reading its own answer waits for readability with no cancel scope: end it by closing the
+                # connection, as Java's client closes its channel when a sync invoke times out
+                # (NettyRemotingClient.invokeSync, clientCloseSocketIfTimeout: true by default)
+                self._teardown(f"no answer to code {reading.code} in {reading.timeout:g} s")
             with trio.CancelScope(deadline=earliest) as self._timer_scope:
                 await trio.sleep_forever()
             self._timer_scope = None
@@ -509,6 +649,12 @@ class Connection:
             request.serialize_type = 0
         request.flag &= ~RPC_RESPONSE
         pending = self._pending
+        if not pending and self._lent and not self._writing:  # alone: read our own answer (client side only)
+            return await self._invoke_reading(request, timeout)
+        if self._lent and self._reading is None:
+            self._wake_reader()
+        elif not pending and not self.server_side:
+            self._lend_next = True  # a lone invoke: the reader lends the socket once it has delivered the answer
         opaque = request.opaque
         while opaque in pending:
             request.opaque = opaque = next_opaque()
@@ -565,6 +711,8 @@ class Connection:
         opaque = request.opaque
         while opaque in pending:
             request.opaque = opaque = next_opaque()
+        if self._lent and self._reading is None:
+            self._wake_reader()
         pending[opaque] = _CallbackWaiter(callback)
         self._encode_request(request)
 
@@ -622,6 +770,8 @@ class Connection:
         if self._flusher is not None:
             task, self._flusher = self._flusher, None
             reschedule(task)
+        if self._parked is not None:
+            self._wake_reader()
         if self._on_close is not None:
             try:
                 self._on_close(self)
