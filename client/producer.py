@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import logging
+from json.encoder import encode_basestring as _esc  # the C version, as RemotingCommand's JSON encoder uses
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
@@ -42,7 +43,7 @@ from pyrmq.client.send_types import FunctionHook, SendContext, SendFuture, SendH
 from pyrmq.client.service import ClientService
 from pyrmq.client.validation import MAX_MESSAGE_SIZE, MAX_PROPERTIES_SIZE, validate_message, validate_topic
 from pyrmq.remoting.codes import RequestCode, ResponseCode
-from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.command import RemotingCommand, json_text
 from pyrmq.remoting.errors import RemotingClosed, RemotingError, RemotingTimeout
 from pyrmq.remoting.message import BATCH_ENTRY_HEAD, COMPRESSED_FLAG, SHORT, BatchEntry, encode_batch_body
 from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY
@@ -124,6 +125,8 @@ class Producer(ClientService):
         self._flusher_running = False
         self._flush_wanted = trio.Event()
         self._to_flush: set[Any] = set()
+        #: topic -> the send header's first members as JSON (group, topic, TBW102, queue count), see _request
+        self._send_json: dict[str, str] = {}
 
     # -- life cycle ------------------------------------------------------------------------------------------
 
@@ -257,7 +260,30 @@ class Producer(ClientService):
         if p.batch:
             ext["m"] = "true"
         code = RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
-        return RemotingCommand.request(code, ext, p.body, oneway)
+        request = RemotingCommand.request(code, ext, p.body, oneway)
+        if self.instance.remoting.signer is None and type(p.flag) is int and type(born) is int \
+                and type(mq.queue_id) is int:
+            # the header's members as the generic JSON encoder writes them (same bytes, RemotingCommand.ext_json),
+            # from a per-topic head; a signer adds fields to ``ext``, so a signed request takes the generic encoder
+            head = self._send_json.get(p.topic)
+            if head is None:
+                if len(self._send_json) >= 1024:
+                    self._send_json.clear()
+                head = self._send_json[p.topic] = (
+                    f'"a":{json_text(self.group)},"b":{json_text(p.topic)},"c":{json_text(AUTO_CREATE_TOPIC_KEY)},'
+                    f'"d":"{_QUEUE_NUMS}","e":"'
+                )
+            text = f'{head}{mq.queue_id:d}","f":"{p.sys_flag:d}","g":"{born:d}","h":"{p.flag:d}"'
+            if p.properties:
+                text = f'{text},"i":{_esc(p.properties)}'
+            if p.reconsume_times is not None:
+                text = f'{text},"j":"{p.reconsume_times:d}"'
+            if p.max_reconsume_times is not None:
+                text = f'{text},"l":"{p.max_reconsume_times:d}"'
+            if p.batch:
+                text += ',"m":"true"'
+            request.ext_json = text
+        return request
 
     def _result(self, p: _Prepared, mq: MessageQueue, response: RemotingCommand, addr: str) -> SendResult:
         status = _STATUS.get(response.code)
@@ -345,15 +371,21 @@ class Producer(ClientService):
                 if not isinstance(queue, MessageQueue):
                     raise InvalidMessageError(f"the queue selector returned {queue!r}, not a MessageQueue")
             return await self._attempt(p, queue, deadline, attempts=None)
-        info = await instance.publish_info(p.topic)
+        info = instance.publish.get(p.topic)
+        # the deadline can only have passed before the first attempt if the route had to be fetched first
+        check = timeout <= 0
+        if info is None or not info.ok:
+            info = await instance.publish_info(p.topic)
+            check = True
         attempts: list[tuple[str, BaseException]] = []
         last_broker = None
         for _ in range(1 + self.retry_times):
-            if trio.current_time() >= deadline:
+            if check and trio.current_time() >= deadline:
                 attempts.append(("deadline", RemotingTimeout(p.topic, timeout)))
                 break
             mq = self.fault.select(info, last_broker)
             last_broker = mq.broker_name
+            check = True
             try:
                 result = await self._attempt(p, mq, deadline, attempts)
             except _Retry:
@@ -376,7 +408,7 @@ class Producer(ClientService):
         try:
             if addr is None:
                 addr = await instance.broker_addr_for(mq)
-            ctx = self._hook_context(p, mq, addr, "SYNC", born)
+            ctx = self._hook_context(p, mq, addr, "SYNC", born) if self.hooks else None
             request = self._request(p, mq, born)
             response = await instance.remoting.invoke(addr, request, max(deadline - trio.current_time(), 0.001))
             result = self._result(p, mq, response, addr)
@@ -396,7 +428,8 @@ class Producer(ClientService):
             raise _Retry() from None
         elapsed = (time.monotonic() - begin) * 1000
         self.fault.update(mq.broker_name, elapsed, False)
-        self._hook_after(ctx, result, None, elapsed)
+        if ctx is not None:
+            self._hook_after(ctx, result, None, elapsed)
         return result
 
     # -- batch -----------------------------------------------------------------------------------------------

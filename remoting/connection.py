@@ -346,6 +346,7 @@ class Connection:
     def _encode_request(self, request: RemotingCommand) -> None:
         # the one place an outgoing request is signed (invoke, invoke_oneway, invoke_callback)
         if self.signer is not None:
+            request.ext_json = None  # the signer adds members: the header is written from ext_fields
             self.signer(request)
         self._out_bytes += request.encode_into(self._out)
 
@@ -403,7 +404,11 @@ class Connection:
     async def _invoke_reading(self, request: RemotingCommand, timeout: float | None) -> RemotingCommand:
         """``invoke`` while the socket is lent and nothing else is pending: send, then read the answer here."""
         await checkpoint_if_cancelled()  # yields only if cancelled (then raises): nothing is sent
-        self._encode_request(request)
+        if self.signer is not None:
+            request.ext_json = None  # the signer adds members: the header is written from ext_fields
+            self.signer(request)
+        out: list[Buffer] = []
+        size = request.encode_into(out)
         opaque = request.opaque
         if timeout is None:
             deadline = _INF
@@ -417,8 +422,23 @@ class Connection:
         self._lend_count += 1
         sock = self._sock
         try:
-            if not await self._flush(deadline) and not self.closed:
-                raise RemotingTimeout(self.address, timeout or 0.0, request.code)
+            # the usual frame goes out in one send (the queue is empty: nothing is writing); the rest, if the kernel
+            # took only part, through the writer
+            sent = 0
+            if len(out) == 1 and not self._out:
+                try:
+                    sent = sock.send(out[0])
+                except BlockingIOError:
+                    pass
+                except _SOCKET_ERRORS as exc:
+                    self._teardown(f"send failed: {exc!r}")
+            if sent < size and not self.closed:
+                self._out += out
+                if sent:
+                    self._out[0] = memoryview(out[0])[sent:]
+                self._out_bytes += size - sent
+                if not await self._flush(deadline) and not self.closed:
+                    raise RemotingTimeout(self.address, timeout or 0.0, request.code)
             waited = False
             try:
                 while waiter.result is None and not self.closed:

@@ -1,0 +1,56 @@
+"""The SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE request's JSON template (``Producer._request`` fills
+``RemotingCommand.ext_json`` from a per-topic head) writes the same header bytes as the generic JSON encoder over
+the request's ``ext_fields``, for any group, topic and properties text (quotes, backslashes, control characters,
+non-ASCII) and any numbers; a signed request is written from its ``ext_fields`` (the signer adds members)."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyrmq.client.message import MessageQueue
+from pyrmq.client.producer import Producer, _Prepared
+from pyrmq.remoting.signing import RequestSigner, verify_signature
+
+_odd = st.sampled_from(['"', "\\", '\\"', "\x00", "\x01", "\x02", "\x1f", "\x7f", "\u2028", "é", "\u4e2d", "\U0001f600",
+                        "\n", "/"])
+_text = st.lists(st.one_of(_odd, st.text(max_size=4)), max_size=6).map("".join)
+_name = st.text(alphabet="abcXYZ019_-%|", min_size=1, max_size=12)
+_int = st.integers(min_value=-(2**31), max_value=2**31 - 1)
+_long = st.integers(min_value=0, max_value=2**63 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    group=_name, topic=_name, queue_id=_int, sys_flag=_int, born=_long, flag=_int, properties=st.none() | _text,
+    reconsume=st.none() | _int, max_reconsume=st.none() | _int, batch=st.booleans(), oneway=st.booleans(),
+)
+def test_send_request_template_writes_the_generic_encoders_bytes(
+    group, topic, queue_id, sys_flag, born, flag, properties, reconsume, max_reconsume, batch, oneway
+):
+    producer = Producer("127.0.0.1:9876", group)  # not started: _request only builds the request
+    mq = MessageQueue(topic, "broker-a", queue_id)
+    p = _Prepared(topic, b"body", sys_flag, properties, "UNIQ", flag, reconsume, max_reconsume, batch, None)
+    for _ in range(2):  # the head made, then taken from the cache
+        request = producer._request(p, mq, born, oneway=oneway)
+        assert request.ext_json is not None  # the template was used
+        generic = attrs.evolve(request, ext_json=None)
+        assert request.encode_header() == generic.encode_header()
+        assert request.encode() == generic.encode()
+        assert json.loads(request.encode_header())["extFields"] == {k: str(v) for k, v in request.ext_fields.items()}
+
+
+def test_signed_send_request_carries_its_signature():
+    producer = Producer("127.0.0.1:9876", "g", credentials=("ak", "secret"))
+    assert producer.instance.remoting.signer is not None
+    p = _Prepared("T", b"body", 0, "UNIQ_KEY\x01X", "X", 0, None, None, False, None)
+    request = producer._request(p, MessageQueue("T", "b", 1), 1700000000000)
+    assert request.ext_json is None
+    signer = RequestSigner("ak", "secret")
+    signer(request)
+    header = json.loads(request.encode_header())["extFields"]
+    assert header["AccessKey"] == "ak" and header["Signature"] == request.ext_fields["Signature"]
+    assert verify_signature(request, "secret")
