@@ -162,6 +162,11 @@ class Producer(ClientService):
     def _prepare(self, msg: Message, *, extra_properties: dict[str, str] | None = None) -> _Prepared:
         validate_message(msg, self.max_message_size)
         uniq = self._ids.next()
+        body = msg.body
+        if extra_properties is None and not msg.properties and not msg.keys and not msg.tags \
+                and msg.wait_store_msg_ok and msg.delay_time_level <= 0 and len(body) < self.compress_over:
+            # a plain message: its only property is its id (what encode_properties writes for {UNIQ_KEY: uniq})
+            return _Prepared(msg.topic, body, 0, f"UNIQ_KEY\u0001{uniq}", uniq, msg.flag, None, None, False, msg)
         props = msg.system_properties()
         if msg.properties:
             props.update(msg.properties)
@@ -180,7 +185,6 @@ class Producer(ClientService):
         text = encode_properties(props)
         if len(text) > MAX_PROPERTIES_SIZE // 4 and len(text.encode("utf-8")) > MAX_PROPERTIES_SIZE:
             raise InvalidMessageError(f"the message properties take more than {MAX_PROPERTIES_SIZE} bytes")
-        body = msg.body
         sys_flag = 0
         if len(body) >= self.compress_over:
             body = zlib.compress(body, self.compress_level)

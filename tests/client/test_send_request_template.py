@@ -54,3 +54,18 @@ def test_signed_send_request_carries_its_signature():
     header = json.loads(request.encode_header())["extFields"]
     assert header["AccessKey"] == "ak" and header["Signature"] == request.ext_fields["Signature"]
     assert verify_signature(request, "secret")
+
+
+def test_prepared_properties_of_plain_and_other_messages():
+    from pyrmq.client.message import Message, encode_properties
+
+    producer = Producer("127.0.0.1:9876", "g", compress_over=64)
+    plain = producer._prepare(Message("T", b"x" * 10))
+    assert plain.properties == encode_properties({"UNIQ_KEY": plain.uniq_key}) and plain.sys_flag == 0
+    tagged = producer._prepare(Message("T", b"x", tags="A", keys="k1"))
+    assert tagged.properties == encode_properties({"KEYS": "k1", "TAGS": "A", "UNIQ_KEY": tagged.uniq_key})
+    big = producer._prepare(Message("T", b"x" * 100))  # compressed: the general path
+    assert big.sys_flag & 1 and big.properties == encode_properties({"UNIQ_KEY": big.uniq_key})
+    delayed = producer._prepare(Message("T", b"x", delay_time_level=3))
+    assert delayed.properties == encode_properties({"DELAY": "3", "UNIQ_KEY": delayed.uniq_key})
+    assert plain.uniq_key != tagged.uniq_key
