@@ -50,7 +50,6 @@ from trio.lowlevel import (
     Abort,
     RaiseCancelT,
     Task,
-    cancel_shielded_checkpoint,
     checkpoint_if_cancelled,
     current_task,
     notify_closing,
@@ -439,16 +438,15 @@ class Connection:
                 self._out_bytes += size - sent
                 if not await self._flush(deadline) and not self.closed:
                     raise RemotingTimeout(self.address, timeout or 0.0, request.code)
-            waited = False
             try:
                 while waiter.result is None and not self.closed:
+                    # Wait first: the answer cannot be there yet (the peer has work to do), so a receive now would
+                    # only fail. No cancel scope (it would cost a third of this whole path): past the deadline the
+                    # timer task closes the connection, which ends this wait (see _timer_loop).
+                    await wait_readable(sock)
                     try:
                         data = sock.recv(RECV_SIZE)
                     except BlockingIOError:
-                        # no cancel scope (it would cost a third of this whole path): past the deadline the timer
-                        # task closes the connection, which ends this wait (see _timer_loop)
-                        await wait_readable(sock)
-                        waited = True
                         continue
                     if not data:
                         self._teardown("closed by peer")
@@ -474,8 +472,6 @@ class Connection:
             result = waiter.result
             if result is None:
                 raise RemotingClosed(self.address, f"connection closed ({self.close_reason})")
-            if not waited:  # the answer was there at once: still a scheduling point (as trio's socket calls)
-                await cancel_shielded_checkpoint()
             return result.unwrap()
         finally:
             if pending.get(opaque) is waiter:
