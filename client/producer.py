@@ -212,30 +212,47 @@ class Producer(ClientService):
         spans: list[tuple[int, int, list]] = []
         parts: list = []
         start = size = 0
+        plain_head = "UNIQ_KEY\u0001".encode()
+        lead = b""  # the entry's properties length and "UNIQ_KEY\u0001", for ids of lead_len characters
+        lead_len = -1
         for i, msg in enumerate(msgs):
-            validate_message(msg, max_size)
-            if msg.topic != topic:
-                raise InvalidMessageError(f"a batch must have one topic: {topic!r} and {msg.topic!r}")
-            if msg.delay_time_level > 0:
-                raise InvalidMessageError("a batch cannot carry delayed messages (delay_time_level)")
-            if msg.wait_store_msg_ok != wait_ok:
-                raise InvalidMessageError("every message of a batch needs the same wait_store_msg_ok")
-            if msg.properties or msg.keys or msg.tags or not msg.wait_store_msg_ok:
-                props = msg.system_properties()
-                props.update(msg.properties)
-                props[uniq_key] = ids[i]
-                raw = encode_properties(props).encode("utf-8")
+            if i and type(msg) is Message and msg.topic == topic and not msg.properties and not msg.keys \
+                    and not msg.tags and msg.delay_time_level == 0 and wait_ok and msg.wait_store_msg_ok == wait_ok:
+                # a plain message after the first (which took the full checks below, the topic's included)
+                body = msg.body
+                if not body or len(body) > max_size:
+                    validate_message(msg, max_size)  # raises the usual error
+                uid = ids[i]
+                if len(uid) != lead_len:
+                    lead_len = len(uid)
+                    lead = pack_short(len(plain_head) + lead_len) + plain_head
+                tail = lead + uid.encode()  # an id is hex: ASCII
+                entry_size = 20 + len(body) + len(tail)
             else:
-                raw = f"UNIQ_KEY\u0001{ids[i]}".encode()
-            body = msg.body
-            entry_size = 22 + len(body) + len(raw)
+                validate_message(msg, max_size)
+                if msg.topic != topic:
+                    raise InvalidMessageError(f"a batch must have one topic: {topic!r} and {msg.topic!r}")
+                if msg.delay_time_level > 0:
+                    raise InvalidMessageError("a batch cannot carry delayed messages (delay_time_level)")
+                if msg.wait_store_msg_ok != wait_ok:
+                    raise InvalidMessageError("every message of a batch needs the same wait_store_msg_ok")
+                if msg.properties or msg.keys or msg.tags or not msg.wait_store_msg_ok:
+                    props = msg.system_properties()
+                    props.update(msg.properties)
+                    props[uniq_key] = ids[i]
+                    raw = encode_properties(props).encode("utf-8")
+                else:
+                    raw = f"UNIQ_KEY\u0001{ids[i]}".encode()
+                body = msg.body
+                tail = pack_short(len(raw)) + raw
+                entry_size = 22 + len(body) + len(raw)
             if entry_size > limit:
                 raise InvalidMessageError(f"one message of the batch takes {entry_size} bytes, over {limit}")
             if i > start and size + entry_size > limit:
                 spans.append((start, i, parts))
                 parts = []
                 start, size = i, 0
-            parts += (pack_head(entry_size, 0, 0, msg.flag, len(body)), body, pack_short(len(raw)) + raw)
+            parts += (pack_head(entry_size, 0, 0, msg.flag, len(body)), body, tail)
             size += entry_size
         spans.append((start, len(msgs), parts))
         return [

@@ -69,3 +69,30 @@ def test_prepared_properties_of_plain_and_other_messages():
     delayed = producer._prepare(Message("T", b"x", delay_time_level=3))
     assert delayed.properties == encode_properties({"DELAY": "3", "UNIQ_KEY": delayed.uniq_key})
     assert plain.uniq_key != tagged.uniq_key
+
+
+def test_batch_body_of_plain_and_other_messages():
+    """Each entry of a SEND_BATCH_MESSAGE body carries its message's flag, body and properties (UNIQ_KEY, plus
+    tags and keys when set), whichever way the producer wrote it; a bad message after the first is refused with the
+    same error as the first would be."""
+    import pytest
+
+    from pyrmq.client.errors import InvalidMessageError
+    from pyrmq.client.message import Message
+    from pyrmq.remoting.message import decode_batch_body, decode_properties
+
+    producer = Producer("127.0.0.1:9876", "g")
+    msgs = [Message("T", b"a"), Message("T", b"bb", flag=5), Message("T", b"c", tags="X", keys="k"),
+            Message("T", b"d" * 300), Message("T", b"e", tags="")]
+    (p,) = producer._prepare_batches(msgs)
+    entries = decode_batch_body(p.body)
+    ids = p.uniq_key.split(",")
+    assert [e.body for e in entries] == [m.body for m in msgs] and [e.flag for e in entries] == [0, 5, 0, 0, 0]
+    props = [decode_properties(e.properties_bytes) for e in entries]
+    assert [d["UNIQ_KEY"] for d in props] == ids and len(set(ids)) == 5
+    assert props[2] == {"TAGS": "X", "KEYS": "k", "UNIQ_KEY": ids[2]} and props[4] == {"UNIQ_KEY": ids[4]}
+    for bad, match in ((Message("T", b""), "empty"), (Message("U", b"x"), "one topic"),
+                       (Message("T", b"x", delay_time_level=2), "delayed"), (Message("T", b"x" * 5000), "over"),
+                       (Message("T", b"x", wait_store_msg_ok=False), "wait_store_msg_ok"), ("not a message", "expected")):
+        with pytest.raises(InvalidMessageError, match=match):
+            Producer("127.0.0.1:9876", "g", max_message_size=4096)._prepare_batches([Message("T", b"1"), bad])
