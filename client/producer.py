@@ -548,7 +548,7 @@ class Producer(ClientService):
             mq = queue or self.fault.select(info, last_broker)
             addr = instance.broker_addr(mq.broker_name) or await instance.broker_addr_for(mq)
             conn = instance.remoting.connections.get(addr)
-            if conn is None or conn.closed:
+            if conn is None or conn.poll_closed():
                 conn = await instance.remoting.connection(addr)
         except Exception as exc:  # noqa: BLE001 - reported through the future
             attempts.append((p.topic, exc))

@@ -95,6 +95,8 @@ except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
 
 #: how often a reader that lent its socket to invoking tasks looks whether they still use it (see ``_lend_socket``)
 LEND_CHECK = 0.05
+#: a lent socket quiet for longer is read before it is used again (``poll_closed``)
+LEND_PEEK = 0.001
 _OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 _SOCKET_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 _conn_ids = itertools.count(1)
@@ -222,6 +224,7 @@ class Connection:
         self._reading: Task | None = None  # the invoking task reading, while lent
         self._reading_waiter: _Waiter | None = None  # its waiter
         self._backlog: list[RemotingCommand] = []  # requests read by an invoking task, for the reader
+        self._peeked = 0.0  # when poll_closed last found nothing to read
 
     def __repr__(self) -> str:
         side = "server" if self.server_side else "client"
@@ -393,6 +396,49 @@ class Connection:
             self._parked = None
             reschedule(task)
 
+    def poll_closed(self) -> bool:
+        """``closed``, once what arrived while nobody read the socket is read: while it is lent (``_lend_socket``)
+        and quiet for LEND_PEEK, a receive notices a peer that closed the connection (or sent a request) meanwhile, as
+        the reader task would have, before a request is written to it. The remoting client calls this before it
+        uses a connection."""
+        if not self._lent or self._reading is not None or self.closed:
+            return self.closed
+        now = trio.current_time()
+        if now - self.last_activity < LEND_PEEK or now - self._peeked < LEND_PEEK:
+            return False
+        try:
+            data = self._sock.recv(RECV_SIZE)
+        except BlockingIOError:
+            self._peeked = now
+            return False
+        except OSError as exc:
+            self._teardown(f"socket error: {exc!r}")
+            return True
+        if not data:
+            self._teardown("closed by peer")
+            return True
+        self.last_activity = now
+        try:
+            self._take_frames(data)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self.address, exc)
+            self._teardown(f"protocol error: {exc}")
+            return True
+        if self._backlog:
+            self._wake_reader()
+        return False
+
+    def _take_frames(self, data: bytes) -> None:
+        """Frames read while the socket is lent: answers to their waiters, the peer's requests to the backlog."""
+        pending = self._pending
+        for cmd in self._decoder.feed(data):
+            if cmd.flag & RPC_RESPONSE:
+                waiter = pending.pop(cmd.opaque, None)
+                if waiter is not None:
+                    waiter.deliver(outcome.Value(cmd))
+            else:
+                self._backlog.append(cmd)
+
     def _return_socket(self) -> None:
         """An invoking task is done reading: the socket stays lent, unless someone else waits for an answer."""
         self._reading = None
@@ -452,13 +498,7 @@ class Connection:
                         self._teardown("closed by peer")
                         break
                     self.last_activity = trio.current_time()
-                    for cmd in self._decoder.feed(data):
-                        if cmd.flag & RPC_RESPONSE:
-                            other = pending.pop(cmd.opaque, None)
-                            if other is not None:
-                                other.deliver(outcome.Value(cmd))
-                        else:
-                            self._backlog.append(cmd)
+                    self._take_frames(data)
                     if self._backlog and waiter.result is None:
                         # a request of the peer's: the reader processes it (it may be what our answer waits
                         # for) and reads on; we wait for our answer like any invoke (the timer's timeout)
@@ -616,6 +656,7 @@ class Connection:
                 # connection, as Java's client closes its channel when a sync invoke times out
                 # (NettyRemotingClient.invokeSync, clientCloseSocketIfTimeout: true by default)
                 self._teardown(f"no answer to code {reading.code} in {reading.timeout:g} s")
+                break
             with trio.CancelScope(deadline=earliest) as self._timer_scope:
                 await trio.sleep_forever()
             self._timer_scope = None

@@ -196,3 +196,23 @@ async def test_lone_invoke_fails_when_the_server_goes_away(nursery):
                 await entered.wait()
             server.stop()
         assert conn.closed
+
+
+async def test_a_close_while_lent_is_noticed_before_the_next_invoke(serve, slow_autojump_clock):
+    """The server closes the connection while no task reads it and the loop is busy (the parked reader gets no
+    turn): the next invoke notices the close before it writes, and goes over a new connection, as it would have
+    had the reader seen the close."""
+    import select
+
+    server, addr = await serve({ECHO: echo})
+    async with RemotingClient() as client:
+        conn = await lent_connection(client, addr)
+        (server_conn,) = server.connections
+        server_conn.close()
+        # no checkpoint from here on: the loop is busy, as in a blocking call between two sends
+        readable, _, _ = select.select([conn._sock], [], [], 10)  # the close has reached the client's socket
+        assert readable and not conn.closed
+        slow_autojump_clock.jump(1.0)  # some time passes
+        resp = await client.invoke(addr, RemotingCommand.request(ECHO, {"k": "again"}))
+        assert resp.ext_fields["k"] == "again"
+        assert conn.closed and client.connections[addr] is not conn
