@@ -770,6 +770,7 @@ class Connection:
             request.opaque = opaque = next_opaque()
         if self._lent and self._reading is None:
             self._wake_reader()
+        self._lend_next = False  # answers come in here one after another (pulls, async sends): keep the reader reading
         pending[opaque] = _CallbackWaiter(callback)
         self._encode_request(request)
 
