@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import collections
 import logging
-from json.encoder import encode_basestring as _esc  # the C version, as RemotingCommand's JSON encoder uses
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from json.encoder import encode_basestring as _esc  # the C version, as RemotingCommand's JSON encoder uses
 from typing import Any
 
 import attrs
