@@ -272,6 +272,7 @@ class _DirectSender:
         request = producer._request(p, mq, int(time.time() * 1000))
         signer = instance.remoting.signer
         if signer is not None:
+            request.ext_json = None  # the signer adds members: the header is written from ext_fields
             signer(request)
         parts: list = []
         request.encode_into(parts)

@@ -19,6 +19,7 @@ import logging
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from json.encoder import encode_basestring as _esc  # the C version, as RemotingCommand's JSON encoder uses
 from typing import Any
 
 import attrs
@@ -42,7 +43,7 @@ from pyrmq.client.send_types import FunctionHook, SendContext, SendFuture, SendH
 from pyrmq.client.service import ClientService
 from pyrmq.client.validation import MAX_MESSAGE_SIZE, MAX_PROPERTIES_SIZE, validate_message, validate_topic
 from pyrmq.remoting.codes import RequestCode, ResponseCode
-from pyrmq.remoting.command import RemotingCommand
+from pyrmq.remoting.command import RemotingCommand, json_text
 from pyrmq.remoting.errors import RemotingClosed, RemotingError, RemotingTimeout
 from pyrmq.remoting.message import BATCH_ENTRY_HEAD, COMPRESSED_FLAG, SHORT, BatchEntry, encode_batch_body
 from pyrmq.remoting.vocabulary import AUTO_CREATE_TOPIC_KEY
@@ -124,6 +125,8 @@ class Producer(ClientService):
         self._flusher_running = False
         self._flush_wanted = trio.Event()
         self._to_flush: set[Any] = set()
+        #: topic -> the send header's first members as JSON (group, topic, TBW102, queue count), see _request
+        self._send_json: dict[str, str] = {}
 
     # -- life cycle ------------------------------------------------------------------------------------------
 
@@ -159,6 +162,11 @@ class Producer(ClientService):
     def _prepare(self, msg: Message, *, extra_properties: dict[str, str] | None = None) -> _Prepared:
         validate_message(msg, self.max_message_size)
         uniq = self._ids.next()
+        body = msg.body
+        if extra_properties is None and not msg.properties and not msg.keys and not msg.tags \
+                and msg.wait_store_msg_ok and msg.delay_time_level <= 0 and len(body) < self.compress_over:
+            # a plain message: its only property is its id (what encode_properties writes for {UNIQ_KEY: uniq})
+            return _Prepared(msg.topic, body, 0, f"UNIQ_KEY\u0001{uniq}", uniq, msg.flag, None, None, False, msg)
         props = msg.system_properties()
         if msg.properties:
             props.update(msg.properties)
@@ -177,7 +185,6 @@ class Producer(ClientService):
         text = encode_properties(props)
         if len(text) > MAX_PROPERTIES_SIZE // 4 and len(text.encode("utf-8")) > MAX_PROPERTIES_SIZE:
             raise InvalidMessageError(f"the message properties take more than {MAX_PROPERTIES_SIZE} bytes")
-        body = msg.body
         sys_flag = 0
         if len(body) >= self.compress_over:
             body = zlib.compress(body, self.compress_level)
@@ -205,30 +212,47 @@ class Producer(ClientService):
         spans: list[tuple[int, int, list]] = []
         parts: list = []
         start = size = 0
+        plain_head = "UNIQ_KEY\u0001".encode()
+        lead = b""  # the entry's properties length and "UNIQ_KEY\u0001", for ids of lead_len characters
+        lead_len = -1
         for i, msg in enumerate(msgs):
-            validate_message(msg, max_size)
-            if msg.topic != topic:
-                raise InvalidMessageError(f"a batch must have one topic: {topic!r} and {msg.topic!r}")
-            if msg.delay_time_level > 0:
-                raise InvalidMessageError("a batch cannot carry delayed messages (delay_time_level)")
-            if msg.wait_store_msg_ok != wait_ok:
-                raise InvalidMessageError("every message of a batch needs the same wait_store_msg_ok")
-            if msg.properties or msg.keys or msg.tags or not msg.wait_store_msg_ok:
-                props = msg.system_properties()
-                props.update(msg.properties)
-                props[uniq_key] = ids[i]
-                raw = encode_properties(props).encode("utf-8")
+            if i and type(msg) is Message and msg.topic == topic and not msg.properties and not msg.keys \
+                    and not msg.tags and msg.delay_time_level == 0 and wait_ok and msg.wait_store_msg_ok == wait_ok:
+                # a plain message after the first (which took the full checks below, the topic's included)
+                body = msg.body
+                if not body or len(body) > max_size:
+                    validate_message(msg, max_size)  # raises the usual error
+                uid = ids[i]
+                if len(uid) != lead_len:
+                    lead_len = len(uid)
+                    lead = pack_short(len(plain_head) + lead_len) + plain_head
+                tail = lead + uid.encode()  # an id is hex: ASCII
+                entry_size = 20 + len(body) + len(tail)
             else:
-                raw = f"UNIQ_KEY\u0001{ids[i]}".encode()
-            body = msg.body
-            entry_size = 22 + len(body) + len(raw)
+                validate_message(msg, max_size)
+                if msg.topic != topic:
+                    raise InvalidMessageError(f"a batch must have one topic: {topic!r} and {msg.topic!r}")
+                if msg.delay_time_level > 0:
+                    raise InvalidMessageError("a batch cannot carry delayed messages (delay_time_level)")
+                if msg.wait_store_msg_ok != wait_ok:
+                    raise InvalidMessageError("every message of a batch needs the same wait_store_msg_ok")
+                if msg.properties or msg.keys or msg.tags or not msg.wait_store_msg_ok:
+                    props = msg.system_properties()
+                    props.update(msg.properties)
+                    props[uniq_key] = ids[i]
+                    raw = encode_properties(props).encode("utf-8")
+                else:
+                    raw = f"UNIQ_KEY\u0001{ids[i]}".encode()
+                body = msg.body
+                tail = pack_short(len(raw)) + raw
+                entry_size = 22 + len(body) + len(raw)
             if entry_size > limit:
                 raise InvalidMessageError(f"one message of the batch takes {entry_size} bytes, over {limit}")
             if i > start and size + entry_size > limit:
                 spans.append((start, i, parts))
                 parts = []
                 start, size = i, 0
-            parts += (pack_head(entry_size, 0, 0, msg.flag, len(body)), body, pack_short(len(raw)) + raw)
+            parts += (pack_head(entry_size, 0, 0, msg.flag, len(body)), body, tail)
             size += entry_size
         spans.append((start, len(msgs), parts))
         return [
@@ -257,7 +281,30 @@ class Producer(ClientService):
         if p.batch:
             ext["m"] = "true"
         code = RequestCode.SEND_BATCH_MESSAGE if p.batch else RequestCode.SEND_MESSAGE_V2
-        return RemotingCommand.request(code, ext, p.body, oneway)
+        request = RemotingCommand.request(code, ext, p.body, oneway)
+        if self.instance.remoting.signer is None and type(p.flag) is int and type(born) is int \
+                and type(mq.queue_id) is int:
+            # the header's members as the generic JSON encoder writes them (same bytes, RemotingCommand.ext_json),
+            # from a per-topic head; a signer adds fields to ``ext``, so a signed request takes the generic encoder
+            head = self._send_json.get(p.topic)
+            if head is None:
+                if len(self._send_json) >= 1024:
+                    self._send_json.clear()
+                head = self._send_json[p.topic] = (
+                    f'"a":{json_text(self.group)},"b":{json_text(p.topic)},"c":{json_text(AUTO_CREATE_TOPIC_KEY)},'
+                    f'"d":"{_QUEUE_NUMS}","e":"'
+                )
+            text = f'{head}{mq.queue_id:d}","f":"{p.sys_flag:d}","g":"{born:d}","h":"{p.flag:d}"'
+            if p.properties:
+                text = f'{text},"i":{_esc(p.properties)}'
+            if p.reconsume_times is not None:
+                text = f'{text},"j":"{p.reconsume_times:d}"'
+            if p.max_reconsume_times is not None:
+                text = f'{text},"l":"{p.max_reconsume_times:d}"'
+            if p.batch:
+                text += ',"m":"true"'
+            request.ext_json = text
+        return request
 
     def _result(self, p: _Prepared, mq: MessageQueue, response: RemotingCommand, addr: str) -> SendResult:
         status = _STATUS.get(response.code)
@@ -345,15 +392,21 @@ class Producer(ClientService):
                 if not isinstance(queue, MessageQueue):
                     raise InvalidMessageError(f"the queue selector returned {queue!r}, not a MessageQueue")
             return await self._attempt(p, queue, deadline, attempts=None)
-        info = await instance.publish_info(p.topic)
+        info = instance.publish.get(p.topic)
+        # the deadline can only have passed before the first attempt if the route had to be fetched first
+        check = timeout <= 0
+        if info is None or not info.ok:
+            info = await instance.publish_info(p.topic)
+            check = True
         attempts: list[tuple[str, BaseException]] = []
         last_broker = None
         for _ in range(1 + self.retry_times):
-            if trio.current_time() >= deadline:
+            if check and trio.current_time() >= deadline:
                 attempts.append(("deadline", RemotingTimeout(p.topic, timeout)))
                 break
             mq = self.fault.select(info, last_broker)
             last_broker = mq.broker_name
+            check = True
             try:
                 result = await self._attempt(p, mq, deadline, attempts)
             except _Retry:
@@ -376,7 +429,7 @@ class Producer(ClientService):
         try:
             if addr is None:
                 addr = await instance.broker_addr_for(mq)
-            ctx = self._hook_context(p, mq, addr, "SYNC", born)
+            ctx = self._hook_context(p, mq, addr, "SYNC", born) if self.hooks else None
             request = self._request(p, mq, born)
             response = await instance.remoting.invoke(addr, request, max(deadline - trio.current_time(), 0.001))
             result = self._result(p, mq, response, addr)
@@ -396,7 +449,8 @@ class Producer(ClientService):
             raise _Retry() from None
         elapsed = (time.monotonic() - begin) * 1000
         self.fault.update(mq.broker_name, elapsed, False)
-        self._hook_after(ctx, result, None, elapsed)
+        if ctx is not None:
+            self._hook_after(ctx, result, None, elapsed)
         return result
 
     # -- batch -----------------------------------------------------------------------------------------------
@@ -494,7 +548,7 @@ class Producer(ClientService):
             mq = queue or self.fault.select(info, last_broker)
             addr = instance.broker_addr(mq.broker_name) or await instance.broker_addr_for(mq)
             conn = instance.remoting.connections.get(addr)
-            if conn is None or conn.closed:
+            if conn is None or conn.poll_closed():
                 conn = await instance.remoting.connection(addr)
         except Exception as exc:  # noqa: BLE001 - reported through the future
             attempts.append((p.topic, exc))

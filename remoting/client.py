@@ -156,7 +156,7 @@ class RemotingClient:
     async def connection(self, addr: str) -> Connection:
         """The open connection to ``addr``, connecting first if needed (raises RemotingConnectError)."""
         conn = self._conns.get(addr)
-        if conn is not None and not conn.closed:
+        if conn is not None and not conn.poll_closed():
             return conn
         if self._nursery is None:
             raise RemotingClosed(addr, "client is not running")
@@ -222,7 +222,7 @@ class RemotingClient:
 
     async def _connection_until(self, addr: str, deadline: float, timeout: float, code: int) -> Connection:
         conn = self._conns.get(addr)
-        if conn is not None and not conn.closed:
+        if conn is not None and not conn.poll_closed():
             return conn
         conn = None
         with trio.move_on_at(deadline):
@@ -234,7 +234,7 @@ class RemotingClient:
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send ``request`` to ``addr`` and return the response, whatever its code."""
         conn = self._conns.get(addr)
-        if conn is None or conn.closed:
+        if conn is None or conn.poll_closed():
             deadline = trio.current_time() + timeout
             conn = await self._connection_until(addr, deadline, timeout, request.code)
             timeout = max(deadline - trio.current_time(), 0.0)

@@ -50,6 +50,7 @@ from trio.lowlevel import (
     Abort,
     RaiseCancelT,
     Task,
+    checkpoint_if_cancelled,
     current_task,
     notify_closing,
     reschedule,
@@ -92,6 +93,10 @@ try:
 except (AttributeError, ValueError, OSError):  # pragma: no cover - non-POSIX
     IOV_MAX = 16
 
+#: how often a reader that lent its socket to invoking tasks looks whether they still use it (see ``_lend_socket``)
+LEND_CHECK = 0.05
+#: a lent socket quiet for longer is read before it is used again (``poll_closed``)
+LEND_PEEK = 0.001
 _OVERLOAD_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 _SOCKET_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError)
 _conn_ids = itertools.count(1)
@@ -210,6 +215,17 @@ class Connection:
         self._timer_started = False
         self._room: trio.Event | None = None  # set when in_flight drops below max_in_flight
         self._drained: trio.Event | None = None  # set when the output queue empties
+        # Who reads the socket (client side): the reader task, or a lone invoke reading its own answer while the
+        # reader is parked (``_lend_socket``). _lent: the reader may lend it; _parked: the parked reader.
+        self._lent = False
+        self._lend_next = False  # a lone sync invoke was seen: lend the socket once the reader is idle again
+        self._lend_count = 0  # invokes that read their own answer (the parked reader's sign of use)
+        self._parked: Task | None = None
+        self._reading: Task | None = None  # the invoking task reading, while lent
+        self._reading_waiter: _Waiter | None = None  # its waiter
+        self._backlog: list[RemotingCommand] = []  # requests read by an invoking task, for the reader
+        self._peeked = 0.0  # when poll_closed last found nothing to read
+        self._now = trio.lowlevel.current_clock().current_time  # trio.current_time without its two wrappers
 
     def __repr__(self) -> str:
         side = "server" if self.server_side else "client"
@@ -243,19 +259,28 @@ class Connection:
                     await self._wait_for_room()
                     if self.closed:
                         break
-                try:
-                    data = recv(RECV_SIZE)
-                except BlockingIOError:
-                    await wait_readable(sock)
-                    waited = True
-                    continue
-                if not data:
-                    break
+                if self._backlog:  # requests an invoking task read while the socket was lent (client side)
+                    cmds, self._backlog = self._backlog, []
+                else:
+                    try:
+                        data = recv(RECV_SIZE)
+                    except BlockingIOError:
+                        if self._lend_next and not pending:
+                            await self._lend_socket()
+                            if self.closed:
+                                break
+                        else:
+                            await wait_readable(sock)
+                        waited = True
+                        continue
+                    if not data:
+                        break
+                    cmds = feed(data)
                 self.last_activity = trio.current_time()
                 queued = 0
                 processors = self._owner.processors
                 timing = getattr(self._owner, "request_timer", None)  # None unless metrics time requests
-                for cmd in feed(data):
+                for cmd in cmds:
                     flag = cmd.flag
                     if flag & RPC_RESPONSE:
                         waiter = pending.pop(cmd.opaque, None)
@@ -324,12 +349,176 @@ class Connection:
     def _encode_request(self, request: RemotingCommand) -> None:
         # the one place an outgoing request is signed (invoke, invoke_oneway, invoke_callback)
         if self.signer is not None:
+            request.ext_json = None  # the signer adds members: the header is written from ext_fields
             self.signer(request)
         self._out_bytes += request.encode_into(self._out)
 
     async def _wait_for_room(self) -> None:
         self._room = trio.Event()
         await self._room.wait()
+
+    # ---- the socket lent to a lone invoke (client side) -------------------------------------------------------
+    #
+    # A sync invoke with nothing else pending reads its own answer: it waits for readability and parses the frame
+    # itself, instead of parking while the reader task wakes, parses and reschedules it (two task switches and two
+    # scheduler passes a round trip). trio lets one task at a time wait for a socket's readability, so the reader
+    # lends the socket: once it saw a lone invoke and finds nothing pending and nothing to read, it parks on a plain
+    # wait_task_rescheduled (``_lend_socket``). While lent, an invoke alone on the connection takes the socket
+    # (``_invoke_reading``) and gives it back by a flag when answered: nothing per call. The reader takes the socket
+    # back when woken (``_wake_reader``: a callback invoke, a second invoke, requests the invoker read, close) or
+    # when its LEND_CHECK timer finds that no invoke used the socket since the last check, so requests the peer
+    # sends (CHECK_TRANSACTION_STATE ...) are read within 2 * LEND_CHECK when no invoke runs; while one runs, the
+    # invoker hands them to the reader at once.
+
+    async def _lend_socket(self) -> None:
+        """The reader's side: park while invokes read their own answers; return when the reader must read again."""
+        self._lend_next = False
+        self._lent = True
+        task = current_task()
+        while self._lent:
+            seen = self._lend_count
+            self._parked = task
+            with trio.CancelScope(deadline=trio.current_time() + LEND_CHECK):
+                await wait_task_rescheduled(self._abort_park)
+            # woken (_lent is False), or the check: take the socket back unless an invoke used it since the last one
+            if self._lent and self._reading is None and self._lend_count == seen:
+                self._lent = False
+        self._parked = None
+
+    def _abort_park(self, _raise_cancel: RaiseCancelT) -> Abort:
+        self._parked = None
+        return Abort.SUCCEEDED
+
+    def _wake_reader(self) -> None:
+        """The reader reads again (the socket must not be in an invoking task's hands)."""
+        self._lent = False
+        task = self._parked
+        if task is not None:
+            self._parked = None
+            reschedule(task)
+
+    def poll_closed(self) -> bool:
+        """``closed``, once what arrived while nobody read the socket is read: while it is lent (``_lend_socket``)
+        and quiet for LEND_PEEK, a receive notices a peer that closed the connection (or sent a request) meanwhile, as
+        the reader task would have, before a request is written to it. The remoting client calls this before it
+        uses a connection."""
+        if not self._lent or self._reading is not None or self.closed:
+            return self.closed
+        now = self._now()
+        if now - self.last_activity < LEND_PEEK or now - self._peeked < LEND_PEEK:
+            return False
+        try:
+            data = self._sock.recv(RECV_SIZE)
+        except BlockingIOError:
+            self._peeked = now
+            return False
+        except OSError as exc:
+            self._teardown(f"socket error: {exc!r}")
+            return True
+        if not data:
+            self._teardown("closed by peer")
+            return True
+        self.last_activity = now
+        try:
+            self._take_frames(data)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self.address, exc)
+            self._teardown(f"protocol error: {exc}")
+            return True
+        if self._backlog:
+            self._wake_reader()
+        return False
+
+    def _take_frames(self, data: bytes) -> None:
+        """Frames read while the socket is lent: answers to their waiters, the peer's requests to the backlog."""
+        pending = self._pending
+        for cmd in self._decoder.feed(data):
+            if cmd.flag & RPC_RESPONSE:
+                waiter = pending.pop(cmd.opaque, None)
+                if waiter is not None:
+                    waiter.deliver(outcome.Value(cmd))
+            else:
+                self._backlog.append(cmd)
+
+    def _return_socket(self) -> None:
+        """An invoking task is done reading: the socket stays lent, unless someone else waits for an answer."""
+        self._reading = None
+        self._reading_waiter = None
+        if self._pending or self._backlog or self.closed:
+            self._wake_reader()
+
+    async def _invoke_reading(self, request: RemotingCommand, timeout: float | None) -> RemotingCommand:
+        """``invoke`` while the socket is lent and nothing else is pending: send, then read the answer here."""
+        await checkpoint_if_cancelled()  # yields only if cancelled (then raises): nothing is sent
+        if self.signer is not None:
+            request.ext_json = None  # the signer adds members: the header is written from ext_fields
+            self.signer(request)
+        out: list[Buffer] = []
+        size = request.encode_into(out)
+        opaque = request.opaque
+        if timeout is None:
+            deadline = _INF
+        else:
+            deadline = self._now() + timeout
+            self._arm_timer(deadline)
+        waiter = self._reading_waiter = _Waiter(deadline, timeout, request.code)
+        pending = self._pending
+        pending[opaque] = waiter
+        self._reading = current_task()
+        self._lend_count += 1
+        sock = self._sock
+        try:
+            # the usual frame goes out in one send (the queue is empty: nothing is writing); the rest, if the kernel
+            # took only part, through the writer
+            sent = 0
+            if len(out) == 1 and not self._out:
+                try:
+                    sent = sock.send(out[0])
+                except BlockingIOError:
+                    pass
+                except _SOCKET_ERRORS as exc:
+                    self._teardown(f"send failed: {exc!r}")
+            if sent < size and not self.closed:
+                self._out += out
+                if sent:
+                    self._out[0] = memoryview(out[0])[sent:]
+                self._out_bytes += size - sent
+                if not await self._flush(deadline) and not self.closed:
+                    raise RemotingTimeout(self.address, timeout or 0.0, request.code)
+            try:
+                while waiter.result is None and not self.closed:
+                    # Wait first: the answer cannot be there yet (the peer has work to do), so a receive now would
+                    # only fail. No cancel scope (it would cost a third of this whole path): past the deadline the
+                    # timer task closes the connection, which ends this wait (see _timer_loop).
+                    await wait_readable(sock)
+                    try:
+                        data = sock.recv(RECV_SIZE)
+                    except BlockingIOError:
+                        continue
+                    if not data:
+                        self._teardown("closed by peer")
+                        break
+                    self.last_activity = self._now()
+                    self._take_frames(data)
+                    if self._backlog and waiter.result is None:
+                        # a request of the peer's: the reader processes it (it may be what our answer waits
+                        # for) and reads on; we wait for our answer like any invoke (the timer's timeout)
+                        self._return_socket()
+                        return await waiter.wait()
+            except ProtocolError as exc:
+                log.warning("closing connection from %s: %s", self.address, exc)
+                self._teardown(f"protocol error: {exc}")
+            except _SOCKET_ERRORS as exc:
+                self._teardown(f"socket error: {exc!r}")
+            result = waiter.result
+            if result is None:
+                raise RemotingClosed(self.address, f"connection closed ({self.close_reason})")
+            return result.unwrap()
+        finally:
+            if pending.get(opaque) is waiter:
+                del pending[opaque]
+            if self._reading is not None:
+                self._return_socket()
 
     # ---- writer -----------------------------------------------------------------------------------------------
 
@@ -456,10 +645,19 @@ class Connection:
                     expired.append(opaque)
                 elif d < earliest:
                     earliest = d
+            reading = None
             for opaque in expired:
                 # only an invoke with a timeout has a deadline (a callback waiter's is infinite)
                 waiter = cast(_Waiter, pending.pop(opaque))
                 waiter.deliver(outcome.Error(RemotingTimeout(self.address, cast(float, waiter.timeout), waiter.code)))
+                if waiter is self._reading_waiter:
+                    reading = waiter
+            if reading is not None:
+                # An invoke reading its own answer waits for readability with no cancel scope: end it by closing the
+                # connection, as Java's client closes its channel when a sync invoke times out
+                # (NettyRemotingClient.invokeSync, clientCloseSocketIfTimeout: true by default)
+                self._teardown(f"no answer to code {reading.code} in {reading.timeout:g} s")
+                break
             with trio.CancelScope(deadline=earliest) as self._timer_scope:
                 await trio.sleep_forever()
             self._timer_scope = None
@@ -509,6 +707,12 @@ class Connection:
             request.serialize_type = 0
         request.flag &= ~RPC_RESPONSE
         pending = self._pending
+        if not pending and self._lent and not self._writing:  # alone: read our own answer (client side only)
+            return await self._invoke_reading(request, timeout)
+        if self._lent and self._reading is None:
+            self._wake_reader()
+        elif not pending and not self.server_side:
+            self._lend_next = True  # a lone invoke: the reader lends the socket once it has delivered the answer
         opaque = request.opaque
         while opaque in pending:
             request.opaque = opaque = next_opaque()
@@ -565,6 +769,9 @@ class Connection:
         opaque = request.opaque
         while opaque in pending:
             request.opaque = opaque = next_opaque()
+        if self._lent and self._reading is None:
+            self._wake_reader()
+        self._lend_next = False  # answers come in here one after another (pulls, async sends): keep the reader reading
         pending[opaque] = _CallbackWaiter(callback)
         self._encode_request(request)
 
@@ -622,6 +829,8 @@ class Connection:
         if self._flusher is not None:
             task, self._flusher = self._flusher, None
             reschedule(task)
+        if self._parked is not None:
+            self._wake_reader()
         if self._on_close is not None:
             try:
                 self._on_close(self)

@@ -31,6 +31,18 @@ def test_uniq_key_layout():
     assert (int(b[-4:], 16) - int(a[-4:], 16)) % 65536 == 1  # the counter
 
 
+def test_uniq_keys_of_a_batch_count_on_and_wrap():
+    gen = UniqIdGenerator("10.1.2.3")
+    gen._counter = 0xFFFF - 3  # four ids before the 16-bit counter wraps
+    before = gen.next()
+    many = gen.next_many(10)
+    after = gen.next()
+    assert all(re.fullmatch(r"[0-9A-F]{32}", k) and k.startswith("0A010203") for k in many)
+    counters = [int(k[-4:], 16) for k in [before, *many, after]]
+    assert counters == [0xFFFD, 0xFFFE, 0xFFFF, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+    assert gen.next_many(0) == [] and len(set(gen.next_many(300))) == 300
+
+
 def test_decode_messages_inflates_compressed_bodies_and_reads_every_field():
     import zlib
 
