@@ -334,7 +334,15 @@ class ChunkIterator(ConcurrentConsumeService):
             if msgs:
                 self._close_batch()
             try:
-                msgs, pq, mq = await self._recv.receive()
+                # a batch already here is taken without a trip through the scheduler: the reader hands over the
+                # answers of one read together, and a yield between each of them would let it wake for every
+                # single answer (a read, a pull sent and an epoll a batch); the loop yields once they are taken
+                msgs, pq, mq = self._recv.receive_nowait()
+            except trio.WouldBlock:
+                try:
+                    msgs, pq, mq = await self._recv.receive()
+                except (trio.EndOfChannel, trio.ClosedResourceError):
+                    raise StopAsyncIteration from None
             except (trio.EndOfChannel, trio.ClosedResourceError):
                 raise StopAsyncIteration from None
             if pq.dropped or self.consumer._stopping:
