@@ -19,7 +19,7 @@ brokers every 5 s and at shutdown; ``%RETRY%<group>`` is subscribed automaticall
 every queue and keeps offsets in a local file. Each queue is long-polled (32 messages per pull, held 15 s by the
 broker) into a process queue that pauses pulling at 1,000 messages or 100 MiB. A concurrent consumer's pulls grow
 with the queue's backlog, up to ``pull_batch_size_max`` (256) messages (a pyrmq broker answers those beyond
-RocketMQ's 32-message cap; docs/decisions.md); a listener worker still takes at most 32 of them at a time.
+RocketMQ's 32-message cap; docs/decisions.md) while the consumer keeps up with them.
 
 POP mode (``mode="pop"``, RocketMQ 5.x): no rebalance; every member pops from every broker of its topics and acks
 each message it consumed (see :mod:`pyrmq.client.pop_push`).
@@ -235,7 +235,7 @@ class PushConsumer(ConsumerCore):
         self.consume_thread_max = consume_thread_max
         self.pull_batch_size = pull_batch_size
         #: concurrent consumption: a queue's pulls grow from pull_batch_size up to this while the broker reports a
-        #: backlog behind the pull (orderly consumption keeps pull_batch_size; docs/decisions.md)
+        #: backlog behind the pull and the consumer keeps up (orderly keeps pull_batch_size; docs/decisions.md)
         self.pull_batch_size_max = max(pull_batch_size, pull_batch_size_max)
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size = pull_threshold_size_for_queue_mib * 1024 * 1024
@@ -493,17 +493,20 @@ class PushConsumer(ConsumerCore):
         )
 
     def _grow(self, result: PullResult, pq: ProcessQueue) -> None:
-        """Size the queue's next pull from the backlog the broker reported behind this one: pull_batch_size doubled
-        until it covers the backlog, at most pull_batch_size_max (Java's fixed pullBatchSize: the grown pulls
-        are flagged so a pyrmq broker may answer them beyond RocketMQ's per-pull caps; other brokers cap them)."""
+        """Size the queue's next pull (before this answer's messages are held): while the consumer keeps up (it
+        holds no more than one pull's worth), pull_batch_size doubled until it covers the backlog the broker
+        reported behind this answer, at most pull_batch_size_max; else pull_batch_size, so that a slow listener's
+        workers share the held messages in batches of that size as before. Java's pullBatchSize is fixed; the
+        grown pulls are flagged so a pyrmq broker may answer them beyond RocketMQ's per-pull caps."""
         size = base = self.pull_batch_size
-        top = self.pull_batch_size_max
-        backlog = result.max_offset - result.next_begin_offset
-        while size < backlog and size < top:
-            size *= 2
-        pq.pull_size = size if size <= top else top
-        if pq.pull_size == base:
-            pq.pull_size = 0
+        if pq.count <= (pq.pull_size or base):
+            top = self.pull_batch_size_max
+            backlog = result.max_offset - result.next_begin_offset
+            while size < backlog and size < top:
+                size *= 2
+            if size > top:
+                size = top
+        pq.pull_size = 0 if size == base else size
 
     def _take_found(self, result: PullResult, pq: ProcessQueue, mq: MessageQueue) -> None:
         """A pull that found messages: hold them and hand them to the consume service."""
@@ -514,22 +517,10 @@ class PushConsumer(ConsumerCore):
         if msgs:
             if type(msgs) is not list:
                 msgs = list(msgs)
-            n = len(msgs)
-            self.stats_pulled += n
-            service = self.service
-            assert service is not None
-            step = self.pull_batch_size
-            if n > step and self._chunks is None:
-                # a grown pull: the listener's workers still take at most pull_batch_size messages each (the
-                # parallelism a slow listener had with pulls of that size)
-                last = n - step
-                for i in range(0, n, step):
-                    part = msgs[i:i + step]
-                    pq.put(part, result.next_begin_offset if i >= last else -1)
-                    service.submit(part, pq, mq)
-            else:
-                pq.put(msgs, result.next_begin_offset)
-                service.submit(msgs, pq, mq)
+            self.stats_pulled += len(msgs)
+            pq.put(msgs, result.next_begin_offset)
+            assert self.service is not None
+            self.service.submit(msgs, pq, mq)
         elif pq.count == 0:
             self.offset_store.update(mq, result.next_begin_offset, increase_only=True)
 

@@ -111,6 +111,33 @@ async def test_a_listeners_pulls_grow_and_every_message_comes_once(recorded, nam
     check_growth(recorder.pulls, total)
 
 
+async def test_a_listener_that_falls_behind_pulls_32_again_until_it_catches_up(recorded, name):
+    dev, recorder = recorded
+    topic, group = name("T"), name("G")
+    recorder.topic = topic
+    await dev.create_topic(topic, 1)
+    total = 1500
+    await store(dev, topic, total)
+    got: list[int] = []
+    release = trio.Event()
+
+    async def on_message(msg: MessageExt) -> None:
+        await release.wait()  # the first message holds its worker until the queue's cache is full
+        got.append(msg.queue_offset)
+
+    async with PushConsumer(dev.namesrv, group, subscribe={topic: "*"}, listener=on_message, consume_from="first",
+                            consume_thread_max=1) as consumer:
+        await wait_until(lambda: consumer.stats()["held"] > 1000, what="the queue's cache full (pulls paused)")
+        sizes = [size for _, size, _ in recorder.pulls]
+        # 32 first; then 256 while it holds no more than one pull's worth (0 held, then 32); holding 32 + 256, and
+        # more from then on: back to 32
+        assert sizes[:3] == [32, 256, 256]
+        assert len(sizes) > 6 and set(sizes[3:]) == {32}
+        release.set()
+        await wait_until(lambda: len(got) >= total, timeout=30, what="every message")
+    assert sorted(got) == list(range(total))
+
+
 async def test_orderly_and_pinned_consumers_keep_their_pull_size(recorded, name):
     dev, recorder = recorded
     topic = name("T")
