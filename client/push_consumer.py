@@ -272,6 +272,8 @@ class PushConsumer(ConsumerCore):
         self._stopping = False
         #: workers inside a listener call
         self._busy = 0
+        #: at shutdown: set when ``_busy`` drops to 0
+        self._idle: trio.Event | None = None
         self.pop: PopEngine | None = None
         if mode == "pop":
             if not self.clustering:
@@ -376,7 +378,8 @@ class PushConsumer(ConsumerCore):
         # let the messages being consumed right now finish and record their offsets
         with trio.move_on_after(self.shutdown_await):
             while self._busy:
-                await trio.sleep(0.01)
+                self._idle = trio.Event()  # set by the worker that finishes last (ConsumeService.worker_done)
+                await self._idle.wait()
         held = list(self.process_queues)
         for pq in self.process_queues.values():
             pq.dropped = True
