@@ -46,16 +46,21 @@ _PULL_STATUS = {
 }
 
 
-#: (group, queue, max_nums, suspend_ms, expression_type, subscription) -> the PULL_MESSAGE header's JSON members
-#: around the fields that change from pull to pull (queueOffset, sysFlag, commitOffset, subVersion)
+#: the PULL_MESSAGE header field (a pyrmq extension) of a pull that may take more than RocketMQ's per-pull transfer
+#: caps (the broker's largePullMaxCount / largePullMaxBytes instead; docs/decisions.md); other brokers ignore it
+LARGE_PULL_FIELD = "largePull"
+
+#: (group, queue, max_nums, suspend_ms, expression_type, subscription, large) -> the PULL_MESSAGE header's JSON
+#: members around the fields that change from pull to pull (queueOffset, sysFlag, commitOffset, subVersion)
 _PULL_JSON: dict[tuple[Any, ...], tuple[str, str, str, str, str]] = {}
 _PULL_JSON_MAX = 4096
 
 
 def _pull_json_parts(
-    group: str, mq: MessageQueue, max_nums: int, suspend_ms: int, expression_type: str, subscription: str | None
+    group: str, mq: MessageQueue, max_nums: int, suspend_ms: int, expression_type: str, subscription: str | None,
+    large: bool = False,
 ) -> tuple[str, str, str, str, str]:
-    key = (group, mq, max_nums, suspend_ms, expression_type, subscription)
+    key = (group, mq, max_nums, suspend_ms, expression_type, subscription, large)
     parts = _PULL_JSON.get(key)
     if parts is None:
         if len(_PULL_JSON) >= _PULL_JSON_MAX:
@@ -64,6 +69,8 @@ def _pull_json_parts(
         tail = f'","expressionType":{json_text(expression_type)}'
         if subscription is not None:
             tail += f',"subscription":{json_text(subscription)}'
+        if large:
+            tail += f',"{LARGE_PULL_FIELD}":"true"'
         parts = _PULL_JSON[key] = (
             f'"consumerGroup":{json_text(group)},"topic":{json_text(mq.topic)},"queueId":"{mq.queue_id:d}",'
             f'"queueOffset":"',
@@ -88,8 +95,10 @@ def pull_request(
     sub_version: int = 0,
     subscription: str | None = None,
     expression_type: str = "TAG",
+    large: bool = False,
 ) -> RemotingCommand:
-    """The PULL_MESSAGE (11) request :func:`pull` sends (its answer goes to :func:`pull_result`)."""
+    """The PULL_MESSAGE (11) request :func:`pull` sends (its answer goes to :func:`pull_result`). ``large``: the
+    pull may take more than RocketMQ's per-pull caps (:data:`LARGE_PULL_FIELD`)."""
     ext: dict[str, Any] = {
         "consumerGroup": group, "topic": mq.topic, "queueId": mq.queue_id, "queueOffset": offset, "maxMsgNums": max_nums,
         "sysFlag": sys_flag, "commitOffset": commit_offset, "suspendTimeoutMillis": suspend_ms, "subVersion": sub_version,
@@ -97,6 +106,8 @@ def pull_request(
     }
     if subscription is not None:
         ext["subscription"] = subscription
+    if large:
+        ext[LARGE_PULL_FIELD] = "true"
     request = RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
     if instance.remoting.signer is None and type(offset) is int and type(sys_flag) is int \
             and type(commit_offset) is int and type(sub_version) is int and type(max_nums) is int \
@@ -104,7 +115,8 @@ def pull_request(
         # the header's members from the queue's template, only the per-pull numbers written (RemotingCommand.ext_json;
         # the same bytes as the generic encoder's); a signer adds fields to ``ext``, so a signed request takes the
         # generic encoder
-        head, mid, mid2, mid3, tail = _pull_json_parts(group, mq, max_nums, suspend_ms, expression_type, subscription)
+        head, mid, mid2, mid3, tail = _pull_json_parts(group, mq, max_nums, suspend_ms, expression_type, subscription,
+                                                           large)
         request.ext_json = f"{head}{offset:d}{mid}{sys_flag:d}{mid2}{commit_offset:d}{mid3}{sub_version:d}{tail}"
     return request
 
@@ -153,12 +165,14 @@ async def pull(
     expression_type: str = "TAG",
     timeout: float = 30.0,
     tags: frozenset[str] | None = None,
+    large: bool = False,
 ) -> PullResult:
     """PULL_MESSAGE (11). ``tags`` (when not None) re-checks the messages' TAGS client side (spec 5.2): the broker
-    filters on the tag hash only."""
+    filters on the tag hash only. ``large``: a pyrmq broker may answer beyond RocketMQ's per-pull caps."""
     request = pull_request(
         instance, mq, group, offset, max_nums=max_nums, sys_flag=sys_flag, commit_offset=commit_offset,
         suspend_ms=suspend_ms, sub_version=sub_version, subscription=subscription, expression_type=expression_type,
+        large=large,
     )
     response = await instance.remoting.invoke(addr, request, timeout)
     return pull_result(instance, addr, mq, response, tags)

@@ -394,7 +394,9 @@ def decode_messages(
     new = object.__new__
     ext = MessageExt if cls is None else cls
     batch = (broker_name, min_offset, max_offset)
-    last_raw_topic = b""
+    startswith = buf.startswith
+    last_key: bytes | tuple[()] = ()  # the last record's topic length byte and topic (no prefix at first)
+    key_len = 0
     last_topic = ""
     try:
         while pos < n:
@@ -409,16 +411,16 @@ def decode_messages(
             head = buf[pos:p]  # unpacked whole only if a lazy field is read
             body = buf[p:p + body_len]
             p += body_len
-            topic_len = buf[p]
-            raw_topic = buf[p + 1:p + 1 + topic_len]
-            if raw_topic != last_raw_topic:
+            if not startswith(last_key, p):  # the usual case: the same topic as the record before (one compare)
+                key_len = 1 + buf[p]
+                raw_topic = buf[p + 1:p + key_len]
                 topic = topics.get(raw_topic)
                 if topic is None:
                     topic = raw_topic.decode("utf-8", "replace")
                     if len(topics) < 4096:
                         topics[raw_topic] = topic
-                last_raw_topic, last_topic = raw_topic, topic
-            p += 1 + topic_len
+                last_key, last_topic = buf[p:p + key_len], topic
+            p += key_len
             props_len = (buf[p] << 8) | buf[p + 1]
             if sys_flag & COMPRESSED_FLAG and ((sys_flag & 0x700) >> 8) in (0, 3):
                 body = zlib.decompress(body)

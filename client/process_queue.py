@@ -26,7 +26,7 @@ PULL_MAX_IDLE_S = 120.0
 class ProcessQueue:
     __slots__ = (
         "msgs", "size", "max_offset", "dropped", "locked", "last_lock_time", "last_pull_time", "consuming",
-        "consume_lock", "has_messages", "next_offset", "orderly_taken", "pull_task_running",
+        "consume_lock", "has_messages", "next_offset", "orderly_taken", "pull_task_running", "pull_size",
     )
 
     def __init__(self) -> None:
@@ -47,6 +47,8 @@ class ProcessQueue:
         #: orderly: messages taken for consumption but not committed yet
         self.orderly_taken: OrderedDict[int, MessageExt] = OrderedDict()
         self.pull_task_running = False
+        #: how many messages the next pull asks for (0: the consumer's pull_batch_size); grows with the backlog
+        self.pull_size = 0
 
     @property
     def count(self) -> int:

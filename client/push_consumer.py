@@ -17,7 +17,9 @@ Classic mode (default): the group's members split the queues (allocation strateg
 default), rebalancing every 20 s, at start, and when a broker says the group changed; offsets are committed to the
 brokers every 5 s and at shutdown; ``%RETRY%<group>`` is subscribed automatically. Broadcasting: every member takes
 every queue and keeps offsets in a local file. Each queue is long-polled (32 messages per pull, held 15 s by the
-broker) into a process queue that pauses pulling at 1,000 messages or 100 MiB.
+broker) into a process queue that pauses pulling at 1,000 messages or 100 MiB. A concurrent consumer's pulls grow
+with the queue's backlog, up to ``pull_batch_size_max`` (256) messages (a pyrmq broker answers those beyond
+RocketMQ's 32-message cap; docs/decisions.md) while the consumer keeps up with them.
 
 POP mode (``mode="pop"``, RocketMQ 5.x): no rebalance; every member pops from every broker of its topics and acks
 each message it consumed (see :mod:`pyrmq.client.pop_push`).
@@ -199,6 +201,7 @@ class PushConsumer(ConsumerCore):
         plugins: Iterable[object] = (),
         consume_thread_max: int = 20,
         pull_batch_size: int = 32,
+        pull_batch_size_max: int = 256,
         pull_threshold_for_queue: int = 1000,
         pull_threshold_size_for_queue_mib: int = 100,
         consume_concurrently_max_span: int = 2000,
@@ -231,6 +234,9 @@ class PushConsumer(ConsumerCore):
         self.allocate = resolve_strategy(allocate_strategy, allocate_options, plugins=plugins)
         self.consume_thread_max = consume_thread_max
         self.pull_batch_size = pull_batch_size
+        #: concurrent consumption: a queue's pulls grow from pull_batch_size up to this while the broker reports a
+        #: backlog behind the pull and the consumer keeps up (orderly keeps pull_batch_size; docs/decisions.md)
+        self.pull_batch_size_max = max(pull_batch_size, pull_batch_size_max)
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.pull_threshold_size = pull_threshold_size_for_queue_mib * 1024 * 1024
         self.consume_concurrently_max_span = consume_concurrently_max_span
@@ -257,6 +263,8 @@ class PushConsumer(ConsumerCore):
         self._iter_current: _IterItem | None = None
         #: ``async for`` of a concurrent consumer (its consume service)
         self._chunks: ChunkIterator | None = None
+        #: pulls grow with the backlog (concurrent consumption, classic mode)
+        self._growing = not orderly and self.pull_batch_size_max > pull_batch_size
         #: set by ``__aexit__``: the ``async with`` body raised (the message it had is not acknowledged)
         self._iter_failed_exit = False
         self.shutdown_await = shutdown_await
@@ -264,6 +272,8 @@ class PushConsumer(ConsumerCore):
         self._stopping = False
         #: workers inside a listener call
         self._busy = 0
+        #: at shutdown: set when ``_busy`` drops to 0
+        self._idle: trio.Event | None = None
         self.pop: PopEngine | None = None
         if mode == "pop":
             if not self.clustering:
@@ -368,7 +378,8 @@ class PushConsumer(ConsumerCore):
         # let the messages being consumed right now finish and record their offsets
         with trio.move_on_after(self.shutdown_await):
             while self._busy:
-                await trio.sleep(0.01)
+                self._idle = trio.Event()  # set by the worker that finishes last (ConsumeService.worker_done)
+                await self._idle.wait()
         held = list(self.process_queues)
         for pq in self.process_queues.values():
             pq.dropped = True
@@ -477,15 +488,34 @@ class PushConsumer(ConsumerCore):
         # a slave stores no commit offsets from pulls (Java clears the flag for slaves)
         sys_flag = _SUSPEND_COMMIT if commit > 0 and addr == self.instance.broker_addr(mq.broker_name) else _SUSPEND
         pq.last_pull_time = time.monotonic()
+        size = pq.pull_size or self.pull_batch_size
         return api.pull_request(
-            self.instance, mq, self.group, pq.next_offset, max_nums=self.pull_batch_size, sys_flag=sys_flag,
+            self.instance, mq, self.group, pq.next_offset, max_nums=size, sys_flag=sys_flag,
             commit_offset=max(commit, 0), suspend_ms=self.pull_suspend_ms, sub_version=sub.version,
-            expression_type=sub.expression_type,
+            expression_type=sub.expression_type, large=size > self.pull_batch_size,
         )
+
+    def _grow(self, result: PullResult, pq: ProcessQueue) -> None:
+        """Size the queue's next pull (before this answer's messages are held): while the consumer keeps up (it
+        holds no more than one pull's worth), pull_batch_size doubled until it covers the backlog the broker
+        reported behind this answer, at most pull_batch_size_max; else pull_batch_size, so that a slow listener's
+        workers share the held messages in batches of that size as before. Java's pullBatchSize is fixed; the
+        grown pulls are flagged so a pyrmq broker may answer them beyond RocketMQ's per-pull caps."""
+        size = base = self.pull_batch_size
+        if pq.count <= (pq.pull_size or base):
+            top = self.pull_batch_size_max
+            backlog = result.max_offset - result.next_begin_offset
+            while size < backlog and size < top:
+                size *= 2
+            if size > top:
+                size = top
+        pq.pull_size = 0 if size == base else size
 
     def _take_found(self, result: PullResult, pq: ProcessQueue, mq: MessageQueue) -> None:
         """A pull that found messages: hold them and hand them to the consume service."""
         pq.next_offset = result.next_begin_offset
+        if self._growing:
+            self._grow(result, pq)
         msgs = result.messages
         if msgs:
             if type(msgs) is not list:

@@ -119,15 +119,32 @@ class Rebalancer:
                 del self.c.process_queues[mq]
                 await self.drop(mq, pq)
         retry_later = False
+        new = []
         for mq in sorted(mine - set(self.c.process_queues)):
             if self.c.orderly and self.c.clustering and not await self._lock_one(mq):
                 retry_later = True
                 continue
             self.c.offset_store.remove(mq)
+            new.append(mq)
+        # where each new queue starts: asked of the brokers all at once (one round trip, not one per queue), and
+        # the queues start pulling once all are known (as Java dispatches its pull requests after the loop)
+        offsets: dict[MessageQueue, int] = {}
+
+        async def find(mq: MessageQueue) -> None:
             try:
-                offset = await self._pull_from_where(mq)
+                offsets[mq] = await self._pull_from_where(mq)
             except Exception as exc:  # noqa: BLE001
                 log.warning("%s: cannot find where to start %s: %s", self.c.group, mq, exc)
+
+        if len(new) == 1:
+            await find(new[0])
+        elif new:
+            async with trio.open_nursery() as nursery:
+                for mq in new:
+                    nursery.start_soon(find, mq)
+        for mq in new:
+            offset = offsets.get(mq)
+            if offset is None:
                 retry_later = True
                 continue
             pq = ProcessQueue() if self.c.orderly else BatchProcessQueue()

@@ -129,6 +129,7 @@ class StoreReads:
         message_filter: MessageFilter | Callable[[int, memoryview], bool] | None = None,
         *,
         coalesce: bool = False,
+        transfer_caps: tuple[int, int] | None = None,
     ) -> GetMessageResult:
         """Messages of a topic-queue from queue ``offset`` (Java ``DefaultMessageStore.getMessage``, spec 2.3, 7.5).
 
@@ -144,7 +145,9 @@ class StoreReads:
         ``coalesce`` (a pull answer, whose body is the records back to back): ``buffers`` holds one view per run of
         records adjacent in the commit log rather than one per record, ``message_count`` counts the records and
         ``queue_offsets`` stays empty. Without a filter (or with one matching everything) that read is a lighter
-        loop: no per-record filter call, no per-record view."""
+        loop: no per-record filter call, no per-record view.
+
+        ``transfer_caps``: (messages, bytes) instead of the configured maxTransferCount/BytesOnMessageInMemory."""
         cfg = self.config
         cq = self.consume_queues.get(topic, queue_id)
         if cq is None:
@@ -161,8 +164,11 @@ class StoreReads:
             return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, max_offset, min_offset, max_offset)
         if message_filter is not None and getattr(message_filter, "matches_everything", False):
             message_filter = None
-        max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
-        max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        if transfer_caps is None:
+            max_count = min(max_msg_nums, cfg.max_transfer_count_on_message_in_memory)
+            max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+        else:
+            max_count, max_bytes = min(max_msg_nums, transfer_caps[0]), transfer_caps[1]
         if coalesce and message_filter is None:
             found = self._get_span(cq, offset, min_offset, max_offset, max_count, max_bytes)
             if found is not None:

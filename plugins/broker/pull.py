@@ -202,6 +202,10 @@ class PullSettings:
     longPollingEnable: bool = setting(True, help="park a pull that finds nothing until a message arrives")
     shortPollingTimeMills: int = setting(1000, check=at_least(1), help="ms a pull is parked without long polling")
     slaveReadEnable: bool = setting(False, help="suggest the slave to consumers far behind (spec 3.3)")
+    # pyrmq: a pull flagged largePull (pyrmq's client growing its pulls with the backlog) is capped by these, at
+    # least the maxTransfer*OnMessageInMemory ones; other pulls get RocketMQ's caps (docs/decisions.md)
+    largePullMaxCount: int = setting(1024, check=at_least(1), help="pyrmq: most messages a largePull pull gets")
+    largePullMaxBytes: int = setting(4 * 1024 * 1024, check=at_least(1), help="pyrmq: most bytes a largePull pull gets")
 
 
 class PullMessageProcessor:
@@ -212,6 +216,12 @@ class PullMessageProcessor:
         self.settings = settings
         check = 5.0 if settings.longPollingEnable else settings.shortPollingTimeMills / 1000
         self.hold = PullRequestHoldService(self, check)
+        store_settings = ctx.settings
+        #: (messages, bytes) a pull flagged largePull may get
+        self.large_caps = (
+            max(settings.largePullMaxCount, store_settings.maxTransferCountOnMessageInMemory),
+            max(settings.largePullMaxBytes, store_settings.maxTransferBytesOnMessageInMemory),
+        )
 
     @hookimpl(trylast=True)
     def pyrmq_register_processors(self, role: str) -> dict[int, Processor] | None:
@@ -347,6 +357,7 @@ class PullMessageProcessor:
         result = ctx.store.get_message(
             header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums, message_filter,
             coalesce=True,  # the answer's body is the records back to back: a view per run of adjacent records
+            transfer_caps=self.large_caps if request.ext_fields.get("largePull") == "true" else None,
         )
         status = result.status
         next_begin = result.next_begin_offset

@@ -27,16 +27,18 @@ INSTANCE = ClientInstance()  # not started: pull_request only reads whether its 
 @given(
     group=_name, topic=_name, broker=_name, queue_id=_int, offset=_long, max_nums=_int, sys_flag=_int,
     commit_offset=_long, suspend_ms=_long, sub_version=_long, subscription=st.none() | _name, expression_type=_name,
+    large=st.booleans(),
 )
 def test_pull_request_template_writes_the_generic_encoders_bytes(
     group, topic, broker, queue_id, offset, max_nums, sys_flag, commit_offset, suspend_ms, sub_version, subscription,
-    expression_type,
+    expression_type, large,
 ):
     mq = MessageQueue(topic, broker, queue_id)
     for _ in range(2):  # the template made, then taken from the cache
         request = pull_request(
             INSTANCE, mq, group, offset, max_nums=max_nums, sys_flag=sys_flag, commit_offset=commit_offset,
             suspend_ms=suspend_ms, sub_version=sub_version, subscription=subscription, expression_type=expression_type,
+            large=large,
         )
         assert request.ext_json is not None  # the template was used
         generic = attrs.evolve(request, ext_json=None)

@@ -61,6 +61,24 @@ def test_decode_messages_inflates_compressed_bodies_and_reads_every_field():
     assert m.message_queue == MessageQueue("T", "broker-a", 3)
 
 
+def test_decode_messages_reads_each_records_topic_when_topics_change_within_a_body():
+    # a query's answer mixes topics; one topic may be another's prefix, or as long with another first byte
+    topics = [b"T", b"T", b"Topic", b"T", b"Uopic", b"Uopic", b"", b"T" * 127, b"T"]
+    raw = b"".join(
+        encode_record(
+            queue_id=0, flag=0, queue_offset=i, commit_log_offset=100 * i, sys_flag=0x30 if i == 3 else 0,
+            born_timestamp=1, born_host=("::1", 1) if i == 3 else ("10.0.0.1", 1), store_timestamp=2,
+            store_host=("::1", 2) if i == 3 else ("127.0.0.1", 2), reconsume_times=0, prepared_transaction_offset=0,
+            body=b"b%d" % i, topic=topic, properties=b"",
+        )
+        for i, topic in enumerate(topics)
+    )
+    msgs = decode_messages(raw, "broker-a")
+    assert [(m.topic, m.queue_offset, m.body) for m in msgs] == [
+        (t.decode(), i, b"b%d" % i) for i, t in enumerate(topics)]
+    assert msgs[3].store_host == ("::1", 2)
+
+
 @pytest.mark.parametrize(
     "message,match",
     [
