@@ -4,7 +4,8 @@ A broker answers at most 32 messages per pull by default (``maxTransferCountOnMe
 flight caps a reader at 32 messages per round trip. :func:`pull_range` learns the broker's cap from its first answer,
 keeps a window of pulls in flight at speculative offsets and hands out, in order, only the answers that continue the
 range. Bodies are not decoded here: a :class:`RawPullBatch` carries the records back to back (spec 5.1) for the
-caller's own bulk decoder.
+caller's own bulk decoder. :func:`blocking_pull_range` keeps the same window on a blocking socket of the calling
+thread, for readers that are plain threads (a Spark task): no event loop to hand the answers over from.
 """
 
 from __future__ import annotations
@@ -262,8 +263,8 @@ def blocking_pull_range(
                     sock = _connect(addr, timeout)
                     decoder = FrameDecoder()
                 parts: list[Any] = []
-                # refill once half the window is answered: one send for several pulls (a send on loopback costs
-                # about as much as the broker's work for a pull of 32)
+                # refill once half the window is answered: one send for several pulls (each send on loopback costs
+                # tens of microseconds of this thread's CPU, as much as decoding a few messages)
                 while len(w.inflight) <= w.window // 2 or parts:
                     pull = w.next_pull()
                     if pull is None:
