@@ -13,6 +13,13 @@ in the same run:
 * parquet -> parquet - Spark reading the exported rows from Parquet and writing them again (Spark's own fast path,
                      the same shape of job: the baseline the exports are compared with).
 
+Every Spark job runs once untimed over the whole topic first (``--warm-rounds``): the JVM compiles the Arrow, Parquet
+reader and Parquet writer paths during the first large pass of each (2-4 CPU-seconds at 200k messages), so without it
+whichever job ran first paid for the others (the remoting export, measured first, showed 0.53x and the store export
+after it 0.96x; warm, they are within 15 % of each other). The timed runs then alternate (remoting, store, Parquet,
+remoting, ...) and each row reports the median run with its CPU per message: this process with Spark's JVM and
+Python workers, and the broker (on a shared machine the CPU figures move much less than the rates).
+
 Prints a table of messages/s and MB/s (bodies) and the ratios. Figures depend on the machine (see
 docs/performance.md); nothing here asserts.
 """
@@ -114,20 +121,57 @@ def raw_store_read(namesrv: str, store: str, topic: str, count: int) -> None:
         print(f"  !! the raw read saw {n} messages, expected {count}")
 
 
-REPEAT = 1
+def process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process (``/proc/<pid>/stat``); 0 where there is no /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(label: str, fn) -> float:  # type: ignore[no-untyped-def]
-    """The median of REPEAT runs of ``fn``, in seconds."""
-    runs = []
-    for _ in range(REPEAT):
-        t = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - t)
-    runs.sort()
-    dt = runs[len(runs) // 2]
-    print(f"  {label}: {' '.join(f'{r:.1f}' for r in runs)} s", flush=True)
-    return dt
+def tree_cpu(root: int, skip: int) -> float:
+    """CPU seconds of ``root`` and its descendants (here: this process, Spark's JVM and its Python workers), without
+    the subtree of ``skip`` (the broker); those that exited are counted by their parent only once reaped."""
+    children: dict[int, list[int]] = {}
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid == skip:
+            continue
+        total += process_cpu(pid)
+        todo.extend(children.get(pid, []))
+    return total
+
+
+def alternate(jobs: dict[str, object], rounds: int, broker_pid: int) -> dict[str, tuple[float, float, float]]:
+    """Run the jobs in turn ``rounds`` times; per job the run of median seconds: (seconds, broker CPU seconds,
+    CPU seconds of this process tree: Spark's JVM and Python workers)."""
+    runs: dict[str, list[tuple[float, float, float]]] = {label: [] for label in jobs}
+    me = os.getpid()
+    for _ in range(rounds):
+        for label, fn in jobs.items():
+            cpu, spark = process_cpu(broker_pid), tree_cpu(me, broker_pid)
+            t = time.perf_counter()
+            fn()  # type: ignore[operator]
+            runs[label].append((time.perf_counter() - t, process_cpu(broker_pid) - cpu, tree_cpu(me, broker_pid) - spark))
+    out = {}
+    for label, got in runs.items():
+        print(f"  {label}: {' '.join(f'{r:.1f}' for r, _, _ in got)} s", flush=True)
+        out[label] = sorted(got)[(len(got) - 1) // 2]  # the lower median of an even count
+    return out
 
 
 def main() -> None:
@@ -137,10 +181,11 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--pull-cap", type=int, metavar="N", help="start the broker with maxTransferCountOnMessageInMemory=N "
                     "(and room for N x 1 KiB per pull); default: the broker's defaults (32 messages, 256 KiB)")
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each measurement; the median is reported")
+    ap.add_argument("--repeat", type=int, default=1, help="timed runs of each measurement (alternating); the median is reported")
+    ap.add_argument("--warm-rounds", type=int, default=1, metavar="N",
+                    help="untimed runs of every Spark job over the whole topic before the timed ones (default 1)")
     args = ap.parse_args()
-    global REPEAT
-    REPEAT = max(1, args.repeat)
+    repeat = max(1, args.repeat)
 
     work = tempfile.mkdtemp(prefix="pyrmq-spark-bench-")
     store = os.path.join(work, "store")
@@ -163,17 +208,30 @@ def main() -> None:
                 r = r.option(k, v)
             r.load().write.mode("overwrite").parquet(path)
 
-        # warm the JVM and the Python workers once on a small range so neither export pays for it
-        export(os.path.join(work, "warm"), endingOffsets='{"broker-a": {"0": 1000, "1": 0, "2": 0, "3": 0}}')
+        # start both Python workers (one partition per queue) before anything is timed
+        export(os.path.join(work, "warm"), endingOffsets='{"broker-a": {"0": 1000, "1": 1000, "2": 1000, "3": 1000}}')
 
-        results: dict[str, float] = {}
+        labels = {
+            "raw": "store raw read (1 process, no Spark)",
+            "remoting": "export via remoting (pull) -> Parquet",
+            "store": "export via storePath (mmap) -> Parquet",
+            "parquet": "Spark Parquet -> Parquet (baseline)",
+        }
+        jobs = {
+            "remoting": lambda: export(os.path.join(work, "remoting")),
+            "store": lambda: export(os.path.join(work, "direct"), storePath=store),
+            "parquet": lambda: spark.read.parquet(os.path.join(work, "remoting")).write.mode("overwrite").parquet(os.path.join(work, "copy")),
+        }
+        if args.warm_rounds > 0:
+            t = time.perf_counter()
+            alternate(jobs, args.warm_rounds, proc.pid)
+            print(f"  (warm rounds, not counted: {time.perf_counter() - t:.1f} s)", flush=True)
         print("measuring ...", flush=True)
-        results["store raw read (1 process, no Spark)"] = timed("raw", lambda: raw_store_read(namesrv, store, topic, args.count))
-        results["export via remoting (pull) -> Parquet"] = timed("remoting", lambda: export(os.path.join(work, "remoting")))
-        results["export via storePath (mmap) -> Parquet"] = timed("store", lambda: export(os.path.join(work, "direct"), storePath=store))
-        results["Spark Parquet -> Parquet (baseline)"] = timed(
-            "parquet", lambda: spark.read.parquet(os.path.join(work, "remoting")).write.mode("overwrite").parquet(os.path.join(work, "copy"))
-        )
+        timed = alternate({"raw": lambda: raw_store_read(namesrv, store, topic, args.count)}, repeat, proc.pid)
+        timed.update(alternate(jobs, repeat, proc.pid))
+        results = {labels[k]: v[0] for k, v in timed.items()}
+        broker_cpu = {labels[k]: v[1] for k, v in timed.items()}
+        spark_cpu = {labels[k]: v[2] for k, v in timed.items()}
         exported = spark.read.parquet(os.path.join(work, "direct")).count()
         if exported != args.count:
             print(f"  !! the direct export holds {exported} rows, expected {args.count}")
@@ -182,11 +240,13 @@ def main() -> None:
         mb = args.count * BODY_SIZE / 1e6
         print()
         cap = f"broker pull cap {args.pull_cap} messages" if args.pull_cap else "broker pull cap 32 messages (default)"
-        print(f"{args.count:,} messages x {BODY_SIZE} B, {args.master}, {os.cpu_count()} CPUs, {cap}, median of {REPEAT}")
-        print(f"| {'measurement':<42} | {'seconds':>8} | {'messages/s':>11} | {'MB/s':>7} |")
-        print(f"|{'-' * 44}|{'-' * 10}|{'-' * 13}|{'-' * 9}|")
+        warm = f"{args.warm_rounds} warm round(s)"
+        print(f"{args.count:,} messages x {BODY_SIZE} B, {args.master}, {os.cpu_count()} CPUs, {cap}, {warm}, median of {repeat}")
+        print(f"| {'measurement':<42} | {'seconds':>8} | {'messages/s':>11} | {'MB/s':>7} | {'CPU us/msg: Spark+Python':>24} | {'broker':>6} |")
+        print(f"|{'-' * 44}|{'-' * 10}|{'-' * 13}|{'-' * 9}|{'-' * 26}|{'-' * 8}|")
         for label, dt in results.items():
-            print(f"| {label:<42} | {dt:>8.1f} | {args.count / dt:>11,.0f} | {mb / dt:>7.1f} |")
+            bcpu, scpu = broker_cpu[label] / args.count * 1e6, spark_cpu[label] / args.count * 1e6
+            print(f"| {label:<42} | {dt:>8.1f} | {args.count / dt:>11,.0f} | {mb / dt:>7.1f} | {scpu:>24.1f} | {bcpu:>6.1f} |")
         base = results["Spark Parquet -> Parquet (baseline)"]
         remote = results["export via remoting (pull) -> Parquet"]
         direct = results["export via storePath (mmap) -> Parquet"]
@@ -197,6 +257,12 @@ def main() -> None:
         print(f"  export store    / Parquet->Parquet: {base / direct:.2f}")
         print(f"  export store    / export remoting : {remote / direct:.2f}")
         print(f"  export store    / store raw read  : {raw / direct:.2f}  (2 Spark cores vs 1 plain process)")
+        print("CPU per message (all processes: Spark, Python workers, broker), Parquet->Parquet / export:")
+        cpu = {k: spark_cpu[k] + broker_cpu[k] for k in results}
+        base_cpu = cpu["Spark Parquet -> Parquet (baseline)"]
+        for label, short in (("export via remoting (pull) -> Parquet", "remoting"), ("export via storePath (mmap) -> Parquet", "store   ")):
+            if cpu[label] > 0:
+                print(f"  export {short}: {base_cpu / cpu[label]:.2f}")
     finally:
         proc.send_signal(signal.SIGINT)
         try:

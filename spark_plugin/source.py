@@ -3,8 +3,8 @@
 Imported only through :func:`pyrmq.spark_plugin.register` (it imports pyspark at module level). Readers yield
 ``pyarrow.RecordBatch`` objects in the schema of :data:`~pyrmq.spark_plugin.records.SCHEMA_DDL`.
 
-Partitions read through the remoting protocol (pipelined pulls) so executors may run anywhere; a partition whose
-broker has a ``storePath`` reads the store files directly instead. Streaming offsets are per-queue offsets
+Partitions read through the remoting protocol (pipelined pulls on the task's own socket) so executors may run
+anywhere; a partition whose broker has a ``storePath`` reads the store files directly instead. Streaming offsets are per-queue offsets
 ``{"broker": {"queue id": next offset}}``: a micro-batch reads ``[start, end)`` of every queue, the same rows
 whenever it is replayed, so a restarted query with a file sink writes every message exactly once.
 """
@@ -37,6 +37,7 @@ from pyspark.sql.types import (
 )
 
 from pyrmq.client import BlockingPullConsumer, MessageQueue
+from pyrmq.client.pipelined_pull import direct_pull_range
 
 from .options import OptionError, ReadOptions, WriteOptions, offsets_from_json, offsets_to_json
 from .planning import QueueRange, cap_per_trigger, open_consumer, plan_batch, queue_key, read_queues, resolve, split
@@ -70,9 +71,10 @@ def read_range(r: QueueRange | None, options: ReadOptions, arrow_schema: Any) ->
     cols = Columns(r.topic, r.broker_name, r.queue_id)
     consumer = open_consumer(options.namesrv, options.consumer_group, options.timeout)
     try:
-        # pipelined raw pulls through the client library; the records are decoded here in bulk (records.py)
+        # pipelined raw pulls on this thread's own socket (the consumer finds the broker): no second thread to hand
+        # the answers over from, so the worker's one core decodes; the records are decoded in bulk (records.py)
         mq = MessageQueue(r.topic, r.broker_name, r.queue_id)
-        for batch in consumer.pull_range(mq, r.start, r.end, expression=options.subscription, timeout=options.timeout):
+        for batch in direct_pull_range(consumer, mq, r.start, r.end, expression=options.subscription, timeout=options.timeout):
             cols.add_all(batch.body, batch.start, batch.end)
             if len(cols) >= ARROW_BATCH_ROWS:
                 yield cols.to_arrow(arrow_schema, options.tags)
