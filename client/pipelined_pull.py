@@ -1,7 +1,8 @@
 """Pipelined pulls of one queue range, raw: what bulk readers (the Spark data source) use instead of pull-and-decode.
 
 A broker answers at most 32 messages per pull by default (``maxTransferCountOnMessageInMemory``), so one pull in
-flight caps a reader at 32 messages per round trip. :func:`pull_range` learns the broker's cap from its first answer,
+flight caps a reader at 32 messages per round trip; the pulls here carry ``largePull``, for which a pyrmq broker
+answers up to its ``largePullMaxCount`` (1024) messages instead. :func:`pull_range` learns the broker's cap from its first answer,
 keeps a window of pulls in flight at speculative offsets and hands out, in order, only the answers that continue the
 range. Bodies are not decoded here: a :class:`RawPullBatch` carries the records back to back (spec 5.1) for the
 caller's own bulk decoder. :func:`blocking_pull_range` keeps the same window on a blocking socket of the calling
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from pyrmq.client.api import LARGE_PULL_FIELD
 from pyrmq.client.errors import BrokerError
 from pyrmq.client.message import MessageQueue
 from pyrmq.remoting.codes import RequestCode, ResponseCode
@@ -39,6 +41,8 @@ log = logging.getLogger("pyrmq.client.pull")
 PULL_BATCH = 32  # a broker's default per-pull cap (maxTransferCountOnMessageInMemory)
 PULL_MAX = 1024  # the most a pull asks for (a Java consumer's pullBatchSize limit)
 PULL_WINDOW = 16
+#: messages asked by the pulls in flight at most (16 pulls of 32 at RocketMQ's cap; 4 of 1024 from a pyrmq broker)
+WINDOW_MESSAGES = 4096
 RETRIES = 3
 # no commit (the caller keeps its offsets), no suspend (never park a bounded read)
 _SYS_FLAG = str(int(PullSysFlag.SUBSCRIPTION))
@@ -59,6 +63,9 @@ def _request(mq: MessageQueue, group: str, offset: int, count: int, subscription
         "consumerGroup": group, "topic": mq.topic, "queueId": str(mq.queue_id), "queueOffset": str(offset),
         "maxMsgNums": str(count), "sysFlag": _SYS_FLAG, "commitOffset": "0", "suspendTimeoutMillis": "0",
         "subscription": subscription, "subVersion": "0", "expressionType": expression_type,
+        # a pyrmq broker then caps the pull by its largePullMaxCount / largePullMaxBytes rather than RocketMQ's
+        # 32 / 256 KiB (docs/decisions.md); other brokers ignore the field
+        LARGE_PULL_FIELD: "true",
     }
     return RemotingCommand.request(RequestCode.PULL_MESSAGE, ext)
 
@@ -93,8 +100,10 @@ class _RangeWindow:
         return BrokerError(code, f"{self.mq.topic} queue {self.mq.queue_id}: {what}", self.addr, "PULL_MESSAGE")
 
     def next_pull(self) -> tuple[int, int] | None:
-        """``(offset, count)`` of the next pull to send now, or None when the window is full (or the range asked)."""
-        if len(self.inflight) < (self.window if self.learned else 1) and self.next_req < self.end:
+        """``(offset, count)`` of the next pull to send now, or None when the window is full (or the range asked).
+        The window holds at most WINDOW_MESSAGES messages asked (at least 2 pulls): big pulls, fewer of them."""
+        window = max(2, min(self.window, WINDOW_MESSAGES // self.stride)) if self.learned else 1
+        if len(self.inflight) < window and self.next_req < self.end:
             return self.next_req, min(self.stride, self.end - self.next_req, PULL_MAX)
         return None
 

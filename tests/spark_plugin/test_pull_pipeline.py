@@ -59,9 +59,35 @@ def _read(namesrv: str, topic: str, start: int, end: int, subscription: str = "*
 
 
 @pytest.mark.parametrize("direct", [False, True], ids=["client-loop", "direct-socket"])
+async def test_a_pyrmq_broker_answers_the_range_reader_beyond_rocketmqs_32_a_pull(start_role, remoting_client, direct) -> None:
+    """The range reader flags its pulls largePull: with the broker's defaults (RocketMQ's 32 messages / 256 KiB a
+    pull for everyone else) its answers hold up to largePullMaxCount messages, here set to 300."""
+    kernel = await start_role("dev", {"broker.largePullMaxCount": 300})
+    addr = kernel.listening["broker"]
+    namesrv = kernel.listening["namesrv"]
+    bodies = await _fill(remoting_client, addr, "PIPEBIG", 700)
+
+    def read() -> list:
+        mq = MessageQueue("PIPEBIG", "broker-a", 0)
+        with BlockingPullConsumer(namesrv, "pipeline-big") as consumer:
+            if direct:
+                return list(direct_pull_range(consumer, mq, 0, 700, window=4))
+            return list(consumer.pull_range(mq, 0, 700, window=4))
+
+    batches = await trio.to_thread.run_sync(read)
+    got = _records(batches, "PIPEBIG")
+    assert [o for o, _ in got] == list(range(700)) and [b for _, b in got] == bodies
+    # bodies of 10-3,000 bytes: 256 KiB would stop a pull near 170 records; 4 MiB does not, 300 does
+    sizes = [len(_records([b], "PIPEBIG")) for b in batches]
+    assert max(sizes) == 300 and sum(sizes) == 700
+
+
+@pytest.mark.parametrize("direct", [False, True], ids=["client-loop", "direct-socket"])
 async def test_pipelined_pull_hands_out_every_offset_once_in_order(start_role, remoting_client, direct) -> None:
     kernel = await start_role(
-        "dev", {"broker.maxTransferCountOnMessageInMemory": 40, "broker.maxTransferBytesOnMessageInMemory": 20_000}
+        "dev", {"broker.maxTransferCountOnMessageInMemory": 40, "broker.maxTransferBytesOnMessageInMemory": 20_000,
+                # the range reader's pulls carry largePull: its caps are the ones that cut them short
+                "broker.largePullMaxCount": 40, "broker.largePullMaxBytes": 20_000}
     )
     addr = kernel.listening["broker"]
     namesrv = kernel.listening["namesrv"]
@@ -132,7 +158,9 @@ class _CuttingProxy:
 
 async def test_direct_pull_reconnects_after_a_cut_and_stops_at_a_missing_offset(start_role, remoting_client) -> None:
     kernel = await start_role(
-        "dev", {"broker.maxTransferCountOnMessageInMemory": 40, "broker.maxTransferBytesOnMessageInMemory": 20_000}
+        "dev", {"broker.maxTransferCountOnMessageInMemory": 40, "broker.maxTransferBytesOnMessageInMemory": 20_000,
+                # the range reader's pulls carry largePull: its caps are the ones that cut them short
+                "broker.largePullMaxCount": 40, "broker.largePullMaxBytes": 20_000}
     )
     addr = kernel.listening["broker"]
     bodies = await _fill(remoting_client, addr, "CUT", 300)
