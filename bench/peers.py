@@ -63,8 +63,9 @@ from pyrmq.client import Admin, BlockingProducer, Message, Producer, PushConsume
 from pyrmq.client.plugins import allocate_strategies  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")
-#: the Python part's consume rows run twice: with RocketMQ's pull of 32 messages (pullBatchSize, and the broker's
-#: maxTransferCountOnMessageInMemory), and with pulls of PULL_TUNED, for which its broker gets these caps (a client
+#: the Python part's consume rows run twice: at the client's defaults (RocketMQ's pullBatchSize of 32; from issue 29
+#: on, pyrmq's client grows its pulls with the backlog up to 256, flagged largePull, docs/decisions.md), and with
+#: pulls of PULL_TUNED, for which its broker gets these caps (RocketMQ's maxTransferCountOnMessageInMemory; a client
 #: asking 32 gets 32 either way)
 PULL_TUNED = 256
 PULL_TUNED_SETS = (f"maxTransferCountOnMessageInMemory={PULL_TUNED}", "maxTransferBytesOnMessageInMemory=4194304")
