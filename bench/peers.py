@@ -664,9 +664,17 @@ def table_before(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int
     ]
     lines = [
         f"| workload (1 KiB bodies) | before ({rev}) msgs/s | after msgs/s | after / before | peer msgs/s "
-        "| before / peer | after / peer | before CPU s | after CPU s | client CPU us/msg before / after / peer |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| before / peer | after / peer | before CPU s | after CPU s "
+        "| server CPU us/msg before / after / peer | client CPU us/msg before / after / peer |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    #: messages a workload moves (what its server CPU is divided by)
+    msgs = {"sync": sizes["sync"], "async64": sizes["async"], "batch100": sizes["count"], "consume": sizes["count"],
+            "py_sync": sizes["py_sync"], "py_sync_blocking": sizes["py_sync"]}
+
+    def server_us(key: str, *runs: list[dict]) -> str:
+        n = msgs.get(key, sizes["py_count"])
+        return " / ".join(f"{median(r, 'cpu') / n * 1e6:.1f}" for r in runs)
 
     def client_us(*runs: list[dict]) -> str:
         if not all(r and "client_us" in r[0] for r in runs):
@@ -682,7 +690,7 @@ def table_before(results: dict[str, dict[str, list[dict]]], sizes: dict[str, int
         ra, rb, rc = median(a, "rate"), median(b, "rate"), median(c, "rate")
         lines.append(
             f"| {label} | {rb:,.0f} | {ra:,.0f} | {ra / rb:.2f}x | {rc:,.0f} | {rb / rc:.2f}x | {ra / rc:.2f}x "
-            f"| {median(b, 'cpu'):.1f} | {median(a, 'cpu'):.1f} | {client_us(b, a, c)} |"
+            f"| {median(b, 'cpu'):.1f} | {median(a, 'cpu'):.1f} | {server_us(our_key, b, a, c)} | {client_us(b, a, c)} |"
         )
     return "\n".join(lines)
 

@@ -239,7 +239,10 @@ def main() -> None:
 
         mb = args.count * BODY_SIZE / 1e6
         print()
-        cap = f"broker pull cap {args.pull_cap} messages" if args.pull_cap else "broker pull cap 32 messages (default)"
+        # the data source's pulls carry largePull: a pyrmq broker caps them by largePullMaxCount (1024) and
+        # largePullMaxBytes (4 MiB) unless the RocketMQ caps set here are larger
+        cap = (f"broker pull caps raised to {args.pull_cap} messages" if args.pull_cap
+               else "largePull pulls: broker caps 1024 messages / 4 MiB (its defaults)")
         warm = f"{args.warm_rounds} warm round(s)"
         print(f"{args.count:,} messages x {BODY_SIZE} B, {args.master}, {os.cpu_count()} CPUs, {cap}, {warm}, median of {repeat}")
         print(f"| {'measurement':<42} | {'seconds':>8} | {'messages/s':>11} | {'MB/s':>7} | {'CPU us/msg: Spark+Python':>24} | {'broker':>6} |")
