@@ -224,6 +224,7 @@ class Connection:
         self._reading: Task | None = None  # the invoking task reading, while lent
         self._reading_waiter: _Waiter | None = None  # its waiter
         self._backlog: list[RemotingCommand] = []  # requests read by an invoking task, for the reader
+        self._backlog_done: trio.Event | None = None  # set once the reader has processed the backlog
         self._peeked = 0.0  # when poll_closed last found nothing to read
         self._now = trio.lowlevel.current_clock().current_time  # trio.current_time without its two wrappers
 
@@ -318,6 +319,10 @@ class Connection:
                         await self._flush()
                 if self._out and not self._writing:
                     await self._flush()
+                done = self._backlog_done
+                if done is not None and not self._backlog:  # an invoker waits until the peer's requests are handled
+                    self._backlog_done = None
+                    done.set()
                 if self.closed:
                     break
                 if not waited:
@@ -500,10 +505,19 @@ class Connection:
                         break
                     self.last_activity = self._now()
                     self._take_frames(data)
-                    if self._backlog and waiter.result is None:
+                    if self._backlog:
                         # a request of the peer's: the reader processes it (it may be what our answer waits
-                        # for) and reads on; we wait for our answer like any invoke (the timer's timeout)
+                        # for) and reads on; we wait for our answer like any invoke (the timer's timeout). If our
+                        # answer came in the same read, we still return only once the reader has handled the
+                        # requests read with it, as when the reader reads: a request that came before an answer
+                        # is processed before its invoker resumes
+                        answered = waiter.result is not None
+                        done = self._backlog_done
+                        if answered and done is None:
+                            done = self._backlog_done = trio.Event()
                         self._return_socket()
+                        if answered and done is not None:
+                            await done.wait()
                         return await waiter.wait()
             except ProtocolError as exc:
                 log.warning("closing connection from %s: %s", self.address, exc)
@@ -820,10 +834,10 @@ class Connection:
         self._deferred.clear()
         self._out = []
         self._out_bytes = 0
-        for ev in (self._room, self._drained):
+        for ev in (self._room, self._drained, self._backlog_done):
             if ev is not None:
                 ev.set()
-        self._room = self._drained = None
+        self._room = self._drained = self._backlog_done = None
         if self._timer_scope is not None:
             self._timer_scope.cancel()
         if self._flusher is not None:

@@ -105,6 +105,50 @@ async def test_server_request_between_invokes_is_processed(serve):
         assert notified == ["g1", "g2"]
 
 
+async def test_a_server_request_sent_before_an_answer_is_handled_before_the_invoke_returns(nursery):
+    """A server that writes a request (NOTIFY_CONSUMER_IDS_CHANGED) and then its answer in one write: the invoking
+    task reads both, and returns only once the reader has handled the request, as when the reader reads them (what
+    a caller saw before the socket was lent: a request that came first was handled first)."""
+    from pyrmq.remoting.framing import FrameDecoder
+
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+
+    async def raw_server() -> None:
+        conn, _ = await listener.accept()
+        decoder = FrameDecoder()
+        n = 0
+        with conn:
+            while data := await conn.recv(65536):
+                for req in decoder.feed(data):
+                    n += 1
+                    notify = RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": f"g{n}"})
+                    notify.flag |= 2  # oneway
+                    answer = req.make_response(0)
+                    answer.flag |= 1
+                    await conn.send(notify.encode() + answer.encode())
+
+    nursery.start_soon(raw_server)
+    notified: list[str] = []
+
+    async def on_notify(conn, req):
+        notified.append(req.ext_fields["consumerGroup"])
+
+    addr = f"127.0.0.1:{port}"
+    async with RemotingClient(request_handlers={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: on_notify}) as client:
+        with trio.fail_after(20):
+            lent = 0
+            for i in range(1, 201):
+                assert (await client.invoke(addr, RemotingCommand.request(ECHO))).code == 0
+                assert notified == [f"g{k}" for k in range(1, i + 1)], i
+                lent += client.connections[addr]._lent
+                await trio.sleep(0.001)  # let the reader lend the socket again
+        assert lent > 0  # the invoking task did read (the case this test is about)
+    listener.close()
+
+
 async def test_concurrent_invokes_and_callbacks_while_lent(serve):
     _, addr = await serve({ECHO: echo})
     async with RemotingClient() as client:
