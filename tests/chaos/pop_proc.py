@@ -101,11 +101,15 @@ class Report:
     acked_again: list[str]
     #: redeliveries before the previous delivery's invisible time ended (a second copy while the first was invisible)
     early: list[str]
+    #: keys that came twice in one pop answer (the same pop time): two copies in the retry queue, a revive written
+    #: again by the broker's recovery after a kill -9 (at least once), not a redelivery of an invisible message
+    copies: list[str] = attrs.field(factory=list)
 
     def figures(self) -> dict[str, int]:
         return {"sent": self.sent, "deliveries": self.deliveries, "redeliveries": self.redeliveries,
                 "acked": self.acked, "acks_in_doubt": self.acks_in_doubt, "lost": len(self.lost),
-                "acked_delivered_again": len(self.acked_again), "redelivered_early": len(self.early)}
+                "acked_delivered_again": len(self.acked_again), "redelivered_early": len(self.early),
+                "copies_in_one_answer": len(self.copies)}
 
 
 def read(paths: Iterable[Path]) -> dict[str, list[Delivery]]:
@@ -138,7 +142,7 @@ def read(paths: Iterable[Path]) -> dict[str, list[Delivery]]:
 def analyse(paths: Iterable[Path], keys: Iterable[str]) -> Report:
     by_key = read(paths)
     keys = list(keys)
-    lost, acked_again, early = [], [], []
+    lost, acked_again, early, copies = [], [], [], []
     deliveries = redeliveries = acked = doubt = 0
     for key in keys:
         ds = by_key.get(key, [])
@@ -148,7 +152,9 @@ def analyse(paths: Iterable[Path], keys: Iterable[str]) -> Report:
             lost.append(key)  # never delivered, or left unacked and never delivered again
         valid_ack = None
         for prev, d in zip(ds, ds[1:]):
-            if d.pop_time < prev.due:
+            if d.pop_time == prev.pop_time:
+                copies.append(key)
+            elif d.pop_time < prev.due:
                 early.append(key)
         for d in ds:
             if valid_ack is not None and d.pop_time > valid_ack:
@@ -160,7 +166,7 @@ def analyse(paths: Iterable[Path], keys: Iterable[str]) -> Report:
             acked += 1
         elif ds and ds[-1].ack_sent:
             doubt += 1
-    return Report(len(keys), deliveries, redeliveries, acked, doubt, lost, acked_again, early)
+    return Report(len(keys), deliveries, redeliveries, acked, doubt, lost, acked_again, early, copies)
 
 
 def settled(paths: Iterable[Path], keys: Iterable[str]) -> bool:

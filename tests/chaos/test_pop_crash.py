@@ -147,8 +147,12 @@ def test_the_checker_sees_a_lost_an_acked_again_and_an_early_delivery(tmp_path):
         "P early 1 1000 3000 1000\n", "P early 2 2000 3000 2000\n", "a early 2000 2000\n",  # before 4000
         "P late 1 1000 3000 1000\n", "a late 1000 1000\n", "A late 1000 4500\n",  # answered after its due time
         "P late 2 4001 3000 4001\n", "a late 4001 4001\n", "A late 4001 4002\n",
-        "P doubt 1 1000 3000 1000\n", "a doubt 1000 1000\n", "P cut 1 10",  # a line cut by a kill
+        "P doubt 1 1000 3000 1000\n", "a doubt 1000 1000\n",
+        "P twin 2 6000 3000 6000\n", "a twin 6000 6000\n", "P twin 2 6000 3000 6000\n", "a twin 6000 6000\n",
+        "A twin 6000 6001\n",  # two copies in one answer
+        "P cut 1 10",  # a line cut by a kill
     ]))
-    result = pop_proc.analyse([log], ["ok", "skipped", "again", "early", "late", "doubt", "never"])
+    result = pop_proc.analyse([log], ["ok", "skipped", "again", "early", "late", "doubt", "twin", "never"])
     assert (result.lost, result.acked_again, result.early) == (["skipped", "never"], ["again"], ["early"])
-    assert (result.acked, result.acks_in_doubt, result.redeliveries) == (3, 2, 3)
+    assert result.copies == ["twin"]
+    assert (result.acked, result.acks_in_doubt, result.redeliveries) == (4, 2, 4)
