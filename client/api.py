@@ -16,6 +16,7 @@ from pyrmq.client.message import MessageExt, MessageQueue, PullResult, PullStatu
 from pyrmq.remoting import fastjson
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand, json_text
+from pyrmq.remoting.vocabulary import LARGE_PULL_FIELD
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.instance import ClientInstance
@@ -45,10 +46,6 @@ _PULL_STATUS = {
     ResponseCode.PULL_OFFSET_MOVED: PullStatus.OFFSET_ILLEGAL,
 }
 
-
-#: the PULL_MESSAGE header field (a pyrmq extension) of a pull that may take more than RocketMQ's per-pull transfer
-#: caps (the broker's largePullMaxCount / largePullMaxBytes instead; docs/decisions.md); other brokers ignore it
-LARGE_PULL_FIELD = "largePull"
 
 #: (group, queue, max_nums, suspend_ms, expression_type, subscription, large) -> the PULL_MESSAGE header's JSON
 #: members around the fields that change from pull to pull (queueOffset, sysFlag, commitOffset, subVersion)

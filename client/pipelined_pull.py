@@ -21,14 +21,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from pyrmq.client.api import LARGE_PULL_FIELD
 from pyrmq.client.errors import BrokerError
 from pyrmq.client.message import MessageQueue
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.errors import RemotingClosed, RemotingConnectError, RemotingError
 from pyrmq.remoting.framing import FrameDecoder
-from pyrmq.remoting.vocabulary import PullSysFlag
+from pyrmq.remoting.vocabulary import LARGE_PULL_FIELD, PullSysFlag
 
 if TYPE_CHECKING:  # pragma: no cover
     from pyrmq.client.blocking import BlockingPullConsumer

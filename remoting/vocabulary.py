@@ -42,6 +42,12 @@ class PullSysFlag(enum.IntFlag):
     LITE_PULL = 0x10  # 4.9.x lite pull consumers
 
 
+#: the PULL_MESSAGE header field (a pyrmq extension) of a pull that may take more than RocketMQ's per-pull transfer
+#: caps: a pyrmq broker caps it by largePullMaxCount / largePullMaxBytes instead (docs/decisions.md); other brokers
+#: ignore it
+LARGE_PULL_FIELD = "largePull"
+
+
 class Permission(enum.IntFlag):
     """``PermName``: the ``perm`` of a topic or a broker (spec 4.1); 6 = read and write."""
 

@@ -142,10 +142,10 @@ class StoreReads:
         at the end of the queue: OFFSET_OVERFLOW_ONE at its offset when it is the first one), so a consumer asks
         again, or its long poll is parked, until the bound passes it.
 
-        ``coalesce`` (a pull answer, whose body is the records back to back): ``buffers`` holds one view per run of
-        records adjacent in the commit log rather than one per record, ``message_count`` counts the records and
-        ``queue_offsets`` stays empty. Without a filter (or with one matching everything) that read is a lighter
-        loop: no per-record filter call, no per-record view.
+        ``coalesce`` (a pull answer, whose body is the records back to back): without a filter (or with one
+        matching everything) the usual read is :meth:`_get_span`, whose ``buffers`` hold one view per run of records
+        adjacent in the commit log, ``message_count`` the records, ``queue_offsets`` nothing; what it leaves (a blank
+        unit, the read bound, a segment's end) is read record by record, as without ``coalesce``.
 
         ``transfer_caps``: (messages, bytes) instead of the configured maxTransferCount/BytesOnMessageInMemory."""
         cfg = self.config
@@ -177,8 +177,6 @@ class StoreReads:
         units: Iterable[tuple[int, int, int]] | None = cq.units_from(offset, max_units)
         if units is None:
             return GetMessageResult(GetMessageStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), min_offset, max_offset)
-        if coalesce and message_filter is None:
-            return self._get_runs(units, offset, min_offset, max_offset, max_count, max_bytes)
         if message_filter is not None and not hasattr(message_filter, "is_matched_by_consume_queue"):
             message_filter = _CallableFilter(message_filter)
         # a filter keeping per-unit answers (the broker's SQL92 results computed at dispatch) takes the unit's offset
@@ -241,7 +239,7 @@ class StoreReads:
     def _get_span(
         self, cq: ConsumeQueue, offset: int, min_offset: int, max_offset: int, max_count: int, max_bytes: int
     ) -> GetMessageResult | None:
-        """:meth:`_get_runs` of the usual pull in a few C-level calls, or None to leave it to the loop: the units
+        """:meth:`get_message` of the usual pull in a few C-level calls, or None to leave it to the loop: the units
         read with one unpack, none blank, all readable, all in one commit-log file; the records one view when they
         lie back to back (a batch's), else a view each."""
         n = min(max_count, max_offset - offset, MAX_RUN)
@@ -280,66 +278,6 @@ class StoreReads:
         behind = self.commit_log.max_offset - phys[-1]
         return GetMessageResult(
             GetMessageStatus.FOUND, offset + count, min_offset, max_offset, buffers, [], total,
-            suggest_pulling_from_slave=behind > _memory_bytes() * self.config.access_message_in_memory_max_ratio / 100,
-            count=count,
-        )
-
-    def _get_runs(
-        self, units: Iterable[tuple[int, int, int]], offset: int, min_offset: int, max_offset: int, max_count: int,
-        max_bytes: int,
-    ) -> GetMessageResult:
-        """:meth:`get_message` with ``coalesce`` and no filter: the same records, limits and statuses, the views
-        one per run of records adjacent in one commit-log file."""
-        bound = self._read_bound
-        files = self.commit_log.queue
-        runs: list[memoryview] = []
-        mf: MappedFile | None = None
-        mf_start = mf_end = 0
-        run_start = run_end = 0  # commit-log offsets of the current run ([run_start, run_end), empty when equal)
-        count = total = scanned = 0
-        last_phy = skip_below = -1
-        status = GetMessageStatus.NO_MATCHED_MESSAGE
-        for phy, size, _tags_code in units:
-            if count and (count >= max_count or total + size > max_bytes):
-                break
-            if size == BLANK_SIZE or phy < skip_below:
-                scanned += 1
-                last_phy = phy
-                continue
-            end = phy + size
-            if bound is not None and end > bound:  # not readable yet: the read stops before it
-                if not scanned:
-                    return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, min_offset, max_offset)
-                break
-            scanned += 1
-            last_phy = phy
-            if phy != run_end or end > mf_end:
-                if run_end > run_start:
-                    runs.append(mf.view[run_start - mf_start : run_end - mf_start])  # type: ignore[union-attr]  # set with run_end
-                if not (mf_start <= phy and end <= mf_end):
-                    mf = files.find(phy)
-                    if mf is None or mf.closed:
-                        if not count:
-                            status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                        skip_below = phy - phy % files.file_size + files.file_size
-                        run_start = run_end = mf_start = mf_end = 0
-                        continue
-                    mf_start = mf.file_from_offset
-                    mf_end = mf_start + mf.wrote_position
-                    if end > mf_end:
-                        run_start = run_end = 0
-                        continue
-                run_start = phy
-            run_end = end
-            count += 1
-            total += size
-        if run_end > run_start:
-            runs.append(mf.view[run_start - mf_start : run_end - mf_start])  # type: ignore[union-attr]  # set with run_end
-        if count:
-            status = GetMessageStatus.FOUND
-        behind = self.commit_log.max_offset - last_phy if last_phy >= 0 else 0
-        return GetMessageResult(
-            status, offset + scanned, min_offset, max_offset, runs, [], total,
             suggest_pulling_from_slave=behind > _memory_bytes() * self.config.access_message_in_memory_max_ratio / 100,
             count=count,
         )

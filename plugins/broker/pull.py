@@ -30,7 +30,10 @@ from pyrmq.plugins.broker.topics import is_readable
 from pyrmq.remoting.codes import RequestCode, ResponseCode
 from pyrmq.remoting.command import RemotingCommand
 from pyrmq.remoting.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from pyrmq.remoting.vocabulary import PullSysFlag
+from pyrmq.remoting.vocabulary import LARGE_PULL_FIELD, PullSysFlag
+from pyrmq.store.results import GetMessageStatus
+
+log = logging.getLogger("pyrmq.broker.pull")
 
 #: the sysFlag bits as plain ints: ``int & IntFlag`` builds an enum member on every test
 _FLAG_COMMIT_OFFSET = int(PullSysFlag.COMMIT_OFFSET)
@@ -40,9 +43,6 @@ _PULL_SUCCESS = int(ResponseCode.SUCCESS)
 #: PullMessageResponseHeader's wire names, in the order its to_ext_fields() writes them
 _SUGGEST, _NEXT_BEGIN, _MIN_OFFSET, _MAX_OFFSET = PullMessageResponseHeader(
     suggest_which_broker_id=0, next_begin_offset=0, min_offset=0, max_offset=0).to_ext_fields()
-from pyrmq.store.results import GetMessageStatus
-
-log = logging.getLogger("pyrmq.broker.pull")
 
 
 # GetMessageStatus -> pull response code (spec 2.3); NO_MESSAGE_IN_QUEUE depends on the request offset
@@ -357,7 +357,7 @@ class PullMessageProcessor:
         result = ctx.store.get_message(
             header.consumer_group, header.topic, header.queue_id, header.queue_offset, header.max_msg_nums, message_filter,
             coalesce=True,  # the answer's body is the records back to back: a view per run of adjacent records
-            transfer_caps=self.large_caps if request.ext_fields.get("largePull") == "true" else None,
+            transfer_caps=self.large_caps if request.ext_fields.get(LARGE_PULL_FIELD) == "true" else None,
         )
         status = result.status
         next_begin = result.next_begin_offset
